@@ -1,0 +1,45 @@
+# Two commands for a fresh machine: `make repro` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --quiet --disable-pip-version-check
+
+export DVC_NO_ANALYTICS := 1
+export GX_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export PYTHONHASHSEED := 0
+# dvc.yaml runs `python -m stages.<name>`: that python must be the venv's
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip's find-links on this machine points at index dirs; its "is ignored" warnings are noise
+PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither" || true; }
+
+.PHONY: repro test test-fast bench params clean-venv
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0 $(PIPFILTER)
+	$(PIP) -c constraints.txt -e '.[dev]' $(PIPFILTER)
+	$(PIP) --no-deps hydra-optuna-sweeper==1.3.0 $(PIPFILTER)
+	$(PY) -c "import torch, hybridsched, dvc, hydra, numba"
+	touch $@
+
+repro: $(STAMP)
+	dvc repro
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.bench_sim
+
+# Compose conf/ into params.yaml exactly as `dvc exp run` does.
+params: $(STAMP)
+	$(PY) -c "from dvc.utils.hydra import compose_and_dump as c; import os; c('params.yaml', os.path.abspath('conf'), None, 'config', '.', [])"
+
+clean-venv:
+	rm -rf $(VENV)

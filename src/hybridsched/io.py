@@ -1,0 +1,80 @@
+"""Atomic artifact writers: write to a temp file in the target folder, then rename."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write a text file atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_frame(path: str | os.PathLike[str], df: pd.DataFrame) -> None:
+    """Write a DataFrame as parquet or csv (by suffix), atomically."""
+    p = Path(path)
+    with atomic_path(p) as tmp:
+        if p.suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, index=False)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a fresh temp folder beside ``path``; it replaces ``path`` only if the block succeeds."""
+    import shutil
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""PNG figures of a policy comparison (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.io import atomic_path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_comparison_pngs(traces: dict[str, pd.DataFrame], table: pd.DataFrame, util: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Latency CDF, utilisation per device, and energy/cost bars; returns the written paths."""
+    plt = _pyplot()
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, tr in traces.items():
+        lat = np.sort((tr["end"] - tr["arrival"]).to_numpy())
+        ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
+    ax.set(xscale="log", xlabel="latency (s, log)", ylabel="fraction of tasks", title="Latency CDF per policy")
+    ax.legend()
+    paths.append(_save(fig, out_dir / "latency_cdf.png"))
+
+    piv = util.pivot(index="policy", columns="device", values="utilisation")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    piv.plot.bar(ax=ax)
+    ax.set(ylabel="utilisation", title="Device utilisation per policy", ylim=(0, 1))
+    paths.append(_save(fig, out_dir / "utilisation.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    table["energy_j"].plot.bar(ax=axes[0], title="Energy (J)")
+    table["cost_usd"].plot.bar(ax=axes[1], title="Cost ($)")
+    paths.append(_save(fig, out_dir / "energy_cost.png"))
+    return paths
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

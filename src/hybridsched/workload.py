@@ -1,0 +1,314 @@
+"""The task table (columnar), synthetic workload generators and the workload file reader.
+
+A task has an id, an arrival time (s), a size (GFLOP), a compute intensity in [0, 1],
+a memory footprint (MB), a priority, an optional deadline (s, NaN = none) and a list of
+parent task ids it depends on.  Files are parquet (``deps`` as a list column) or csv
+(``deps`` as ``;``-separated ids).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.errors import WorkloadError
+
+REQUIRED_COLUMNS = ("task_id", "arrival", "size", "intensity", "memory_mb")
+OPTIONAL_COLUMNS = ("priority", "deadline", "deps")
+
+
+@dataclass
+class TaskTable:
+    """Tasks as parallel numpy arrays, sorted by arrival; dependencies as CSR index arrays."""
+
+    task_id: np.ndarray
+    arrival: np.ndarray
+    size: np.ndarray
+    intensity: np.ndarray
+    memory_mb: np.ndarray
+    priority: np.ndarray
+    deadline: np.ndarray
+    parent_ptr: np.ndarray  # parents of row i: parent_idx[parent_ptr[i]:parent_ptr[i+1]] (row indices)
+    parent_idx: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.task_id)
+
+    @property
+    def has_deps(self) -> bool:
+        return len(self.parent_idx) > 0
+
+    def parents(self, i: int) -> np.ndarray:
+        return self.parent_idx[self.parent_ptr[i] : self.parent_ptr[i + 1]]
+
+    def children_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(child_ptr, child_idx): the inverse of the parent relation, for the engine."""
+        n = len(self)
+        counts = np.diff(self.parent_ptr)
+        child_of = np.repeat(np.arange(n), counts)  # row that has each parent entry
+        order = np.argsort(self.parent_idx, kind="stable")
+        child_idx = child_of[order].astype(np.int64)
+        child_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.parent_idx, minlength=n), out=child_ptr[1:])
+        return child_ptr, child_idx
+
+    def to_frame(self) -> pd.DataFrame:
+        deps = [self.task_id[self.parents(i)].tolist() for i in range(len(self))]
+        return pd.DataFrame(
+            {
+                "task_id": self.task_id,
+                "arrival": self.arrival,
+                "size": self.size,
+                "intensity": self.intensity,
+                "memory_mb": self.memory_mb,
+                "priority": self.priority,
+                "deadline": self.deadline,
+                "deps": pd.Series(deps, dtype=object),
+            }
+        )
+
+    def subset(self, rows: np.ndarray) -> TaskTable:
+        """The tasks at ``rows`` (dependencies to dropped tasks are dropped)."""
+        df = self.to_frame().iloc[np.asarray(rows)].reset_index(drop=True)
+        keep = set(df["task_id"].tolist())
+        df["deps"] = [[d for d in ds if d in keep] for ds in df["deps"]]
+        return from_frame(df, source="<subset>")
+
+
+# --- reading and checking ---------------------------------------------------------
+
+
+def read_tasks(path: str | Path, max_memory_mb: float | None = None) -> TaskTable:
+    """Read and check a workload file; raise WorkloadError naming the file and problem."""
+    p = Path(path)
+    if not p.exists():
+        raise WorkloadError(f"{p}: file not found")
+    try:
+        df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+    except Exception as e:  # parser errors differ by format; keep the message to one line
+        raise WorkloadError(f"{p}: cannot read as {p.suffix.lstrip('.') or 'parquet'}: {str(e).splitlines()[0]}") from e
+    return from_frame(df, source=str(p), max_memory_mb=max_memory_mb)
+
+
+def from_frame(df: pd.DataFrame, source: str = "<frame>", max_memory_mb: float | None = None) -> TaskTable:
+    """Check a task DataFrame and turn it into a TaskTable."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise WorkloadError(f"{source}: missing column(s) {', '.join(missing)}")
+    cols: dict[str, np.ndarray] = {}
+    for c in REQUIRED_COLUMNS:
+        try:
+            cols[c] = pd.to_numeric(df[c], errors="raise").to_numpy(dtype=np.float64)
+        except (ValueError, TypeError) as e:
+            raise WorkloadError(f"{source}: column '{c}' is not numeric ({str(e).splitlines()[0]})") from e
+        _check(np.isfinite(cols[c]), source, c, "NaN or infinite", cols[c])
+    _check(cols["size"] > 0, source, "size", "not > 0", cols["size"])
+    _check((cols["intensity"] >= 0) & (cols["intensity"] <= 1), source, "intensity", "outside [0, 1]", cols["intensity"])
+    _check(cols["memory_mb"] > 0, source, "memory_mb", "not > 0", cols["memory_mb"])
+    if max_memory_mb is not None:
+        _check(cols["memory_mb"] <= max_memory_mb, source, "memory_mb",
+               f"larger than any device can hold ({max_memory_mb:g} MB)", cols["memory_mb"])
+    _check(cols["arrival"] >= 0, source, "arrival", "negative", cols["arrival"])
+    _check(np.diff(cols["arrival"], prepend=-np.inf) >= 0, source, "arrival", "not sorted (decreasing)", cols["arrival"])
+    ids = cols["task_id"]
+    _check(ids == np.round(ids), source, "task_id", "not an integer", ids)
+    ids = ids.astype(np.int64)
+    dup = pd.Series(ids).duplicated().to_numpy()
+    _check(~dup, source, "task_id", "duplicated", ids)
+
+    n = len(ids)
+    priority = _optional(df, "priority", n, 0.0, source).astype(np.int64)
+    deadline = _optional(df, "deadline", n, np.nan, source, allow_nan=True)
+    parent_ptr, parent_idx = _parse_deps(df["deps"] if "deps" in df.columns else None, ids, source)
+    return TaskTable(ids, cols["arrival"], cols["size"], cols["intensity"], cols["memory_mb"],
+                     priority, deadline, parent_ptr, parent_idx)
+
+
+def _check(ok: np.ndarray, source: str, col: str, problem: str, values: np.ndarray) -> None:
+    bad = np.flatnonzero(~ok)
+    if len(bad):
+        r = int(bad[0])
+        raise WorkloadError(f"{source}: column '{col}': {len(bad)} value(s) {problem} (first at row {r}: {values[r]!r})")
+
+
+def _optional(df: pd.DataFrame, col: str, n: int, default: float, source: str, allow_nan: bool = False) -> np.ndarray:
+    if col not in df.columns:
+        return np.full(n, default, dtype=np.float64)
+    try:
+        v = pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)
+    except (ValueError, TypeError) as e:
+        raise WorkloadError(f"{source}: column '{col}' is not numeric ({str(e).splitlines()[0]})") from e
+    if not allow_nan:
+        _check(np.isfinite(v), source, col, "NaN or infinite", v)
+    return v
+
+
+def _parse_deps(col: pd.Series | None, ids: np.ndarray, source: str) -> tuple[np.ndarray, np.ndarray]:
+    n = len(ids)
+    if col is None:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    row_of = {int(t): r for r, t in enumerate(ids)}
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    idx: list[int] = []
+    for r, v in enumerate(col.tolist()):
+        for d in _dep_list(v, source, r):
+            if d not in row_of:
+                raise WorkloadError(f"{source}: column 'deps': row {r} (task {ids[r]}) depends on unknown task id {d}")
+            if row_of[d] == r:
+                raise WorkloadError(f"{source}: column 'deps': task {ids[r]} depends on itself (dependency cycle)")
+            idx.append(row_of[d])
+        ptr[r + 1] = len(idx)
+    parent_idx = np.asarray(idx, dtype=np.int64)
+    _check_acyclic(ptr, parent_idx, ids, source)
+    return ptr, parent_idx
+
+
+def _dep_list(v: object, source: str, r: int) -> list[int]:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return []
+    if isinstance(v, str):
+        parts = [s for s in v.replace(",", ";").split(";") if s.strip()]
+    else:
+        parts = list(v)  # list / numpy array from a parquet list column
+    try:
+        return [int(p) for p in parts]
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{source}: column 'deps': row {r} is not a list of task ids: {v!r}") from None
+
+
+def _check_acyclic(ptr: np.ndarray, parent_idx: np.ndarray, ids: np.ndarray, source: str) -> None:
+    n = len(ids)
+    if len(parent_idx) == 0:
+        return
+    indeg = np.diff(ptr).copy()
+    children: list[list[int]] = [[] for _ in range(n)]
+    for c in range(n):
+        for p in parent_idx[ptr[c] : ptr[c + 1]]:
+            children[p].append(c)
+    queue = deque(np.flatnonzero(indeg == 0).tolist())
+    seen = 0
+    while queue:
+        u = queue.popleft()
+        seen += 1
+        for c in children[u]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                queue.append(c)
+    if seen < n:
+        stuck = ids[indeg > 0][:5].tolist()
+        raise WorkloadError(f"{source}: column 'deps': dependency cycle among task ids {stuck}")
+
+
+# --- synthetic generation ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Distribution of a synthetic workload (see conf/workload/*.yaml for the scenarios)."""
+
+    rate: float = 2.0  # mean arrivals per second
+    size_range: tuple[float, float] = (1.0, 400.0)  # GFLOP, log-uniform
+    intensity_range: tuple[float, float] = (0.0, 1.0)  # uniform
+    memory_range: tuple[float, float] = (50.0, 12000.0)  # MB, log-uniform
+    burst_amplitude: float = 0.0  # rate(t) = rate * (1 + a * sin(2 pi t / period)), a in [0, 1)
+    burst_period_s: float = 600.0
+    dag_job_size: int = 0  # >0: tasks form layered DAG jobs of this many tasks
+    dag_max_parents: int = 2
+    priority_levels: int = 1
+    deadline_slack: float = 0.0  # >0: deadline = arrival + slack * nominal CPU time
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        lo, hi = self.intensity_range
+        if not 0 <= lo <= hi <= 1:
+            raise WorkloadError(f"workload.intensity_range must satisfy 0 <= lo <= hi <= 1, got {list(self.intensity_range)}")
+        for name in ("size_range", "memory_range"):
+            lo, hi = getattr(self, name)
+            if not 0 < lo <= hi:
+                raise WorkloadError(f"workload.{name} must satisfy 0 < lo <= hi, got {[lo, hi]}")
+        if self.rate <= 0:
+            raise WorkloadError(f"workload.rate must be > 0, got {self.rate}")
+        if not 0 <= self.burst_amplitude < 1:
+            raise WorkloadError(f"workload.burst_amplitude must be in [0, 1), got {self.burst_amplitude}")
+
+
+def generate(spec: WorkloadSpec, n: int, rng: np.random.Generator, first_id: int = 0, cpu_gflops: float = 50.0) -> TaskTable:
+    """Draw ``n`` tasks from ``spec`` with the given RNG."""
+    arrival = _arrivals(spec, n, rng)
+    size = _log_uniform(rng, *spec.size_range, n)
+    intensity = rng.uniform(*spec.intensity_range, n)
+    memory = _log_uniform(rng, *spec.memory_range, n)
+    priority = rng.integers(0, max(1, spec.priority_levels), n).astype(np.int64)
+    deadline = arrival + spec.deadline_slack * size / cpu_gflops if spec.deadline_slack > 0 else np.full(n, np.nan)
+    ptr, idx = _layered_dag(n, spec.dag_job_size, spec.dag_max_parents, rng)
+    ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    return TaskTable(ids, arrival, size, intensity, memory, priority, deadline, ptr, idx)
+
+
+def _log_uniform(rng: np.random.Generator, lo: float, hi: float, n: int) -> np.ndarray:
+    return np.exp(rng.uniform(np.log(lo), np.log(hi), n))
+
+
+def _arrivals(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    if spec.burst_amplitude == 0:
+        return np.cumsum(rng.exponential(1.0 / spec.rate, n))
+    # Non-homogeneous Poisson by thinning a process at the peak rate.
+    peak = spec.rate * (1 + spec.burst_amplitude)
+    out: list[np.ndarray] = []
+    t0, have = 0.0, 0
+    while have < n:
+        cand = t0 + np.cumsum(rng.exponential(1.0 / peak, 2 * (n - have) + 16))
+        rate_t = spec.rate * (1 + spec.burst_amplitude * np.sin(2 * np.pi * cand / spec.burst_period_s))
+        keep = cand[rng.uniform(0, peak, len(cand)) < rate_t]
+        out.append(keep)
+        have += len(keep)
+        t0 = cand[-1]
+    return np.concatenate(out)[:n]
+
+
+def _layered_dag(n: int, job_size: int, max_parents: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Consecutive jobs of ``job_size`` tasks, each split into layers; a task depends on 1..max_parents
+    tasks of the previous layer of its job (so parents always arrive first)."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    if job_size <= 1:
+        return ptr, np.zeros(0, dtype=np.int64)
+    idx: list[int] = []
+    for start in range(0, n, job_size):
+        stop = min(n, start + job_size)
+        width = max(1, int(round(np.sqrt(stop - start))))
+        prev: list[int] = []
+        layer: list[int] = []
+        for r in range(start, stop):
+            if prev:
+                k = int(rng.integers(1, min(max_parents, len(prev)) + 1))
+                idx.extend(sorted(rng.choice(prev, size=k, replace=False).tolist()))
+            ptr[r + 1] = len(idx)
+            layer.append(r)
+            if len(layer) == width:
+                prev, layer = layer, []
+    return ptr, np.asarray(idx, dtype=np.int64)
+
+
+def spec_from_config(cfg: dict, split: str = "train") -> WorkloadSpec:
+    """The WorkloadSpec of one split; the ``test`` mapping overrides keys for the test split."""
+    names = set(WorkloadSpec.__dataclass_fields__) - {"extra"}
+    merged = dict(cfg)
+    if split == "test":
+        merged.update(cfg.get("test") or {})
+    unknown = set(cfg.get("test") or {}) - names
+    if unknown:
+        raise WorkloadError(f"workload.test: unknown key(s) {sorted(unknown)}")
+    kw = {k: (tuple(v) if isinstance(v, list | tuple) else v) for k, v in merged.items() if k in names}
+    return WorkloadSpec(**kw)
+
+
+def generate_splits(cfg: dict, cpu_gflops: float = 50.0) -> tuple[TaskTable, TaskTable]:
+    """Train and test workloads from a workload config, from independent streams of one seed."""
+    train_rng, test_rng = np.random.default_rng(int(cfg.get("seed", 0))).spawn(2)
+    train = generate(spec_from_config(cfg, "train"), int(cfg["n_train"]), train_rng, 0, cpu_gflops)
+    test = generate(spec_from_config(cfg, "test"), int(cfg["n_test"]), test_rng, int(cfg["n_train"]), cpu_gflops)
+    return train, test

@@ -1,0 +1,1 @@
+"""DVC stage entry points: each reads the Hydra config, calls the library, writes artifacts."""

@@ -1,0 +1,57 @@
+"""DVC stage: metrics, comparison table and plots from the simulated traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+import pandas as pd
+from omegaconf import DictConfig
+
+from hybridsched.cluster import cluster_from_config
+from hybridsched.errors import HybridschedError
+from hybridsched.evaluation import compare, latency_quantiles, utilisation_table
+from hybridsched.io import write_frame, write_json
+from hybridsched.plots import save_comparison_pngs
+from hybridsched.workload import read_tasks
+from stages.common import as_dict, run_stage
+
+
+def load_traces(traces_dir: Path) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
+    """Every ``<policy>.parquet`` trace in the folder, and its lower bound."""
+    traces = {p.stem: pd.read_parquet(p) for p in sorted(traces_dir.glob("*.parquet"))}
+    if not traces:
+        raise HybridschedError(f"{traces_dir}: no traces (run the simulate stage first)")
+    return traces, json.loads((traces_dir / "lower_bound.json").read_text())
+
+
+def evaluate(cfg: DictConfig) -> pd.DataFrame:
+    """Write metrics/summary.json, metrics/policies.csv and the plot data and PNGs."""
+    cluster = cluster_from_config(as_dict(cfg.cluster))
+    traces, bound = load_traces(Path(cfg.paths.traces_dir))
+    tasks = read_tasks(Path(cfg.paths.workload_dir) / "test.parquet")
+    parents = {int(tasks.task_id[i]): tasks.task_id[tasks.parents(i)].tolist() for i in range(len(tasks)) if len(tasks.parents(i))}
+    table = compare(traces, cluster, bound, parents)
+    out = Path(cfg.paths.metrics_dir)
+    summary = {"workload": cfg.workload.name, "n_tasks": len(tasks), "lower_bound": bound,
+               "policies": table.round(6).to_dict(orient="index")}
+    write_json(out / "summary.json", summary)
+    write_frame(out / "policies.csv", table.round(6).reset_index())
+    util = utilisation_table(table, cluster.n_gpus)
+    write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
+    write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
+    write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
+    save_comparison_pngs(traces, table, util, out / "plots")
+    return table
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    table = run_stage(evaluate, cfg)
+    cols = ["makespan", "mean_latency", "p95_latency", "energy_j", "makespan_vs_bound"]
+    print(table[cols].round(3).to_string())
+
+
+if __name__ == "__main__":
+    main()
