@@ -1,0 +1,1 @@
+"""Learning: features, run-time predictors, the DQN agent and its replay buffer."""

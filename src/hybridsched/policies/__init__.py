@@ -1,0 +1,1 @@
+"""Scheduling policies; each is a small class behind ``policies.base.Policy``."""
