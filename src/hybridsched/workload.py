@@ -172,10 +172,15 @@ def _dep_list(v: object, source: str, r: int) -> list[int]:
         return []
     if isinstance(v, str):
         parts = [s for s in v.replace(",", ";").split(";") if s.strip()]
+    elif isinstance(v, int | float | np.number):  # a csv column of single ids parses as numbers
+        parts = [v]
     else:
         parts = list(v)  # list / numpy array from a parquet list column
     try:
-        return [int(p) for p in parts]
+        ids = [float(p) for p in parts]
+        if any(d != int(d) for d in ids):
+            raise ValueError
+        return [int(d) for d in ids]
     except (TypeError, ValueError):
         raise WorkloadError(f"{source}: column 'deps': row {r} is not a list of task ids: {v!r}") from None
 

@@ -10,10 +10,14 @@ from hybridsched.sim.engine import INTENSITY
 
 
 @njit(cache=True)
-def _least_loaded_gpu(est):
+def least_loaded_gpu(free, t):
+    """The GPU that frees up first (ties: lowest index); devices free before t count as free at t."""
     g = 0
-    for d in range(2, est.shape[0]):
-        if est[d] < est[g + 1]:
+    best = max(free[1], t)
+    for d in range(2, free.shape[0]):
+        f = max(free[d], t)
+        if f < best:
+            best = f
             g = d - 1
     return g
 
@@ -33,7 +37,7 @@ def _from_table(i, t, est, true_free, X, pdata, params):
 
 @njit(cache=True)
 def _greedy(i, t, est, true_free, X, pdata, params):
-    return _least_loaded_gpu(est), X[i, INTENSITY]
+    return least_loaded_gpu(est, t), X[i, INTENSITY]
 
 
 class RoundRobin(Policy):

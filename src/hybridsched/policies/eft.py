@@ -7,7 +7,7 @@ from numba import njit
 
 from hybridsched.cluster import Realization
 from hybridsched.policies.base import Policy, fraction_grid
-from hybridsched.policies.classic import _least_loaded_gpu
+from hybridsched.policies.classic import least_loaded_gpu
 from hybridsched.sim.engine import CPU_S, GPU_S, MAX_F
 
 
@@ -31,14 +31,14 @@ def best_split(cpu_s, gpu_s, launch_s, cpu_free, gpu_free, grid, max_f):
 
 @njit(cache=True)
 def _eft(i, t, est, true_free, X, pdata, params):
-    g = _least_loaded_gpu(est)
+    g = least_loaded_gpu(est, t)
     f, _ = best_split(X[i, CPU_S], X[i, GPU_S], params[0], est[0], est[g + 1], params[1:], X[i, MAX_F])
     return g, f
 
 
 @njit(cache=True)
 def _oracle(i, t, est, true_free, X, pdata, params):
-    g = _least_loaded_gpu(true_free)
+    g = least_loaded_gpu(true_free, t)
     cpu_free = max(t, true_free[0])
     gpu_free = max(t, true_free[g + 1])
     f, _ = best_split(pdata[i, 0], pdata[i, 1], params[0] * pdata[i, 2], cpu_free, gpu_free, params[1:], X[i, MAX_F])

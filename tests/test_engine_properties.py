@@ -1,0 +1,67 @@
+"""Simulator invariants on random small workloads (hypothesis): every policy, with noise,
+with dependencies, with tasks too big for one GPU."""
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybridsched.bounds import lower_bound
+from hybridsched.cluster import Cluster
+from hybridsched.metrics import check_trace
+from hybridsched.policies.eft import EarliestFinishTime, Oracle
+from tests.conftest import small_workload
+from tests.sim_helpers import classic_policies, parents_of, run
+
+cases = st.fixed_dictionaries({
+    "n": st.integers(1, 40),
+    "n_gpus": st.integers(1, 3),
+    "sigma": st.sampled_from([0.0, 0.3]),
+    "dag": st.sampled_from([0, 4, 9]),
+    "rate": st.floats(0.2, 30.0),
+    "mem_hi": st.sampled_from([4000.0, 20000.0]),
+    "seed": st.integers(0, 10_000),
+})
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _setup(c):
+    cluster = Cluster(n_gpus=c["n_gpus"], noise_sigma=c["sigma"], gpu_mem_mb=8000.0)
+    tasks = small_workload(c["n"], c["seed"], rate=c["rate"], dag_job_size=c["dag"], dag_max_parents=3,
+                           memory_range=(50.0, c["mem_hi"]))
+    return cluster, tasks
+
+
+@SETTINGS
+@given(cases)
+def test_every_policy_keeps_the_physical_invariants_and_the_bound_holds(c):
+    cluster, tasks = _setup(c)
+    real = cluster.sample_noise(len(tasks), np.random.default_rng(c["seed"]))
+    lb = lower_bound(tasks, cluster, real)
+    parents = parents_of(tasks)
+    for policy in classic_policies():
+        tr = run(tasks, cluster, policy, seed=c["seed"])
+        assert sorted(tr["task_id"]) == sorted(tasks.task_id)  # no task lost or run twice
+        assert check_trace(tr, cluster, parents) == [], policy.name
+        makespan = tr["end"].max() - tasks.arrival.min()
+        assert lb.makespan <= makespan * (1 + 1e-9), policy.name
+        assert lb.mean_latency <= (tr["end"] - tr["arrival"]).mean() * (1 + 1e-9), policy.name
+
+
+@SETTINGS
+@given(cases)
+def test_same_seed_gives_identical_results_and_compiled_matches_reference(c):
+    cluster, tasks = _setup(c)
+    for policy in classic_policies():
+        a = run(tasks, cluster, policy, seed=c["seed"])
+        pd.testing.assert_frame_equal(a, run(tasks, cluster, policy, seed=c["seed"]))
+        pd.testing.assert_frame_equal(a, run(tasks, cluster, policy, seed=c["seed"], compiled=False))
+
+
+@SETTINGS
+@given(cases, st.sampled_from([0.05, 0.25, 0.5]))
+def test_without_noise_oracle_and_eft_make_the_same_decisions(c, step):
+    cluster, tasks = _setup({**c, "sigma": 0.0})
+    a, b = run(tasks, cluster, EarliestFinishTime(step)), run(tasks, cluster, Oracle(step))
+    np.testing.assert_array_equal(a["fraction"], b["fraction"])
+    np.testing.assert_array_equal(a["gpu"], b["gpu"])
