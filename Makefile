@@ -35,7 +35,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.bench_sim
+	for b in benchmarks/bench_*.py; do $(PY) -m benchmarks.$$(basename $$b .py) || exit 1; done
 
 # Compose conf/ into params.yaml exactly as `dvc exp run` does.
 params: $(STAMP)
