@@ -23,3 +23,11 @@ def run_stage(fn: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
     except HybridschedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+
+
+def track(stage: str, cfg: DictConfig, metrics: dict, artifacts=(), model=None) -> None:
+    """Log this stage run to MLflow with the whole composed config as params."""
+    from hybridsched.tracking import log_run
+
+    log_run(stage, as_dict(cfg), metrics, artifacts, model,
+            experiment=cfg.tracking.experiment, enabled=bool(cfg.tracking.enabled))

@@ -15,7 +15,7 @@ from hybridsched.evaluation import compare, latency_quantiles, utilisation_table
 from hybridsched.io import write_frame, write_json
 from hybridsched.plots import save_comparison_pngs
 from hybridsched.workload import read_tasks
-from stages.common import as_dict, run_stage
+from stages.common import as_dict, run_stage, track
 
 
 def load_traces(traces_dir: Path) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
@@ -42,7 +42,8 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
     write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
     write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
     write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
-    save_comparison_pngs(traces, table, util, out / "plots")
+    pngs = save_comparison_pngs(traces, table, util, out / "plots")
+    track("evaluate", cfg, {"lower_bound": bound, **summary["policies"]}, [out / "summary.json", out / "policies.csv", *pngs])
     return table
 
 
