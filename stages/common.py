@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from hybridsched.errors import HybridschedError
+from hybridsched.io import write_json
 
 
 def as_dict(node: Any) -> Any:
@@ -16,13 +19,40 @@ def as_dict(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
-def run_stage(fn: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
-    """Call ``fn(cfg)``; bad input ends the process with ``error: ...`` and exit code 1."""
+def multirun_dir() -> Path | None:
+    """This job's output folder when running under Hydra multirun (``-m``), else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    return Path(hc.runtime.output_dir) if hc.mode == RunMode.MULTIRUN else None
+
+
+def run_stage(fn: Callable[[DictConfig], Any], cfg: DictConfig, outputs: Sequence[str] = ()) -> Any:
+    """Call ``fn(cfg)``; bad input ends the process with ``error: ...`` and exit code 1.
+
+    Under multirun, the ``paths`` entries named in ``outputs`` move into the job's folder
+    (so jobs never overwrite the DVC outputs or each other), and the stage's result
+    (a DataFrame or a dict of metrics) is saved there as ``result.json`` for the
+    sweep's comparison table (stages/multirun.py).
+    """
+    job = multirun_dir()
+    if job is not None:
+        for key in outputs:
+            OmegaConf.update(cfg, f"paths.{key}", str(job / Path(cfg.paths[key]).name), merge=False)
     try:
-        return fn(cfg)
+        result = fn(cfg)
     except HybridschedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    if job is not None:
+        from hydra.core.hydra_config import HydraConfig
+
+        rows = result.reset_index().to_dict(orient="records") if isinstance(result, pd.DataFrame) else [result]
+        write_json(job / "result.json", {"overrides": list(HydraConfig.get().overrides.task), "rows": rows})
+    return result
 
 
 def track(stage: str, cfg: DictConfig, metrics: dict, artifacts=(), model=None) -> None:

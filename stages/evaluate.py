@@ -49,7 +49,7 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    table = run_stage(evaluate, cfg)
+    table = run_stage(evaluate, cfg, outputs=["metrics_dir"])
     cols = ["makespan", "mean_latency", "p95_latency", "energy_j", "makespan_vs_bound"]
     print(table[cols].round(3).to_string())
 

@@ -26,7 +26,7 @@ def generate(cfg: DictConfig) -> dict[str, int]:
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    counts = run_stage(generate, cfg)
+    counts = run_stage(generate, cfg, outputs=["workload_dir"])
     print(f"generate: {counts['train']} train and {counts['test']} test tasks ({cfg.workload.name})")
 
 

@@ -13,10 +13,11 @@ from omegaconf import DictConfig
 from hybridsched.bounds import lower_bound
 from hybridsched.cluster import cluster_from_config
 from hybridsched.errors import HybridschedError
+from hybridsched.evaluation import compare
 from hybridsched.io import atomic_dir, write_frame, write_json
 from hybridsched.sim import simulate
-from hybridsched.workload import read_tasks
-from stages.common import as_dict, run_stage
+from hybridsched.workload import TaskTable, generate_splits, read_tasks
+from stages.common import as_dict, multirun_dir, run_stage
 
 
 def build_policies(cfg: DictConfig) -> dict:
@@ -37,25 +38,35 @@ def build_policies(cfg: DictConfig) -> dict:
     return policies
 
 
-def simulate_policies(cfg: DictConfig, out_dir: Path | None = None) -> Path:
-    """Write ``<policy>.parquet`` traces and ``lower_bound.json`` into one folder, atomically."""
+def test_tasks(cfg: DictConfig, max_memory_mb: float) -> TaskTable:
+    """The test workload: the generate stage's file, or under multirun (where the sweep may
+    change the workload) the same tasks generated in memory from ``cfg.workload``."""
+    if multirun_dir() is not None:
+        return generate_splits(as_dict(cfg.workload), cpu_gflops=float(cfg.cluster.cpu_gflops))[1]
+    return read_tasks(Path(cfg.paths.workload_dir) / "test.parquet", max_memory_mb=max_memory_mb)
+
+
+def simulate_policies(cfg: DictConfig):  # -> pandas.DataFrame
+    """Write ``<policy>.parquet`` traces and ``lower_bound.json`` into ``paths.traces_dir``
+    atomically; return the per-policy comparison table."""
     cluster = cluster_from_config(as_dict(cfg.cluster))
-    tasks = read_tasks(Path(cfg.paths.workload_dir) / "test.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    tasks = test_tasks(cfg, cluster.max_task_memory_mb)
     policies = build_policies(cfg)
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(cfg.sim.seed)))
-    out_dir = Path(out_dir or cfg.paths.traces_dir)
-    with atomic_dir(out_dir) as tmp:
+    bound = asdict(lower_bound(tasks, cluster, realization))
+    traces = {}
+    with atomic_dir(cfg.paths.traces_dir) as tmp:
         for name, policy in policies.items():
-            trace = simulate(tasks, cluster, policy, realization, compiled=bool(cfg.sim.compiled))
-            write_frame(tmp / f"{name}.parquet", trace.to_frame())
-            print(f"simulate: {name:<14} makespan {np.nanmax(trace.end) - tasks.arrival[0]:10.1f} s")
-        write_json(tmp / "lower_bound.json", asdict(lower_bound(tasks, cluster, realization)))
-    return out_dir
+            traces[name] = simulate(tasks, cluster, policy, realization, compiled=bool(cfg.sim.compiled)).to_frame()
+            write_frame(tmp / f"{name}.parquet", traces[name])
+            print(f"simulate: {name:<16} makespan {traces[name]['end'].max() - tasks.arrival[0]:10.1f} s")
+        write_json(tmp / "lower_bound.json", bound)
+    return compare(traces, cluster, bound).assign(workload=cfg.workload.name)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    run_stage(simulate_policies, cfg)
+    run_stage(simulate_policies, cfg, outputs=["traces_dir"])
 
 
 if __name__ == "__main__":
