@@ -11,3 +11,7 @@ class WorkloadError(HybridschedError):
 
 class ModelFileError(HybridschedError):
     """A saved model is missing, corrupt or does not match the current features."""
+
+
+class DataValidationError(HybridschedError):
+    """A data file failed its expectation suite; the message lists every failed expectation."""
