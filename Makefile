@@ -16,7 +16,7 @@ SHELL := /bin/bash
 # pip's find-links on this machine points at index dirs; its "is ignored" warnings are noise
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither" || true; }
 
-.PHONY: repro test test-fast bench params clean-venv
+.PHONY: repro test test-fast bench params browser clean-venv
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 $(PIPFILTER)
@@ -25,10 +25,21 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -c "import torch, hybridsched, dvc, hydra, numba"
 	touch $@
 
-repro: $(STAMP)
+# `dvc plots diff` template with Vega inlined (from npm), so reports render offline
+PLOTS_TEMPLATE := .dvc/offline_plots.html
+$(PLOTS_TEMPLATE): src/hybridsched/report_template.py | $(STAMP)
+	$(PY) -m hybridsched.report_template $@
+
+# Headless Chromium for the offline-report test (Debian package; skipped if it cannot be had)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
+	  echo "note: chromium could not be installed; the offline plots test will be skipped"
+
+repro: $(STAMP) $(PLOTS_TEMPLATE)
 	dvc repro
 
-test: $(STAMP)
+test: $(STAMP) $(PLOTS_TEMPLATE) browser
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

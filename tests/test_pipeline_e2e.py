@@ -36,6 +36,9 @@ def project(tmp_path_factory) -> Path:
         if (ROOT / f).is_file():
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, dst / f)
+    template = ROOT / ".dvc" / "offline_plots.html"  # built by make, git-ignored
+    if template.exists():
+        shutil.copy2(template, dst / ".dvc" / template.name)
     from dvc.utils.hydra import compose_and_dump
 
     compose_and_dump(str(dst / "params.yaml"), str(dst / "conf"), None, "config", str(dst), ["experiment=tiny"])
@@ -69,3 +72,25 @@ def test_exp_run_with_changed_intensity_shows_in_metrics_diff(project):
     changed = json.loads(diff)["metrics/summary.json"]
     assert "policies.eft.mean_latency" in changed
     assert changed["policies.eft.mean_latency"]["diff"] != 0
+
+
+def test_plots_diff_report_renders_offline_in_headless_chromium(project, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no chromium (make test installs Debian's chromium where it can)")
+    if not (project / ".dvc" / "offline_plots.html").exists():
+        pytest.skip("offline template not built (run make)")
+    sh("dvc", "repro", cwd=project)
+    sh("dvc", "plots", "diff", "-o", str(tmp_path / "report"), cwd=project)
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "cdn.jsdelivr" not in page and "vega@5.20.2" in page
+    r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000", "--dump-dom",
+                        (tmp_path / "report" / "index.html").as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    dom = r.stdout
+    # vega-embed turns each plot's div into a rendered chart (a canvas or svg with class "marks")
+    n_charts = dom.count('class="marks"')
+    n_specs = page.count("vegaEmbed(")
+    assert n_specs >= 3 and n_charts == n_specs, (n_charts, n_specs, r.stderr[-1000:])
