@@ -30,19 +30,40 @@ def multirun_dir() -> Path | None:
     return Path(hc.runtime.output_dir) if hc.mode == RunMode.MULTIRUN else None
 
 
+def apply_tuned(cfg: DictConfig) -> None:
+    """With ``use_tuned: true``, overlay the tune stage's ``paths.best_params`` onto the config."""
+    if not cfg.get("use_tuned"):
+        return
+    import yaml
+
+    path = Path(cfg.paths.best_params)
+    try:
+        tuned = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise HybridschedError(f"{path}: not found (run the tune stage, or set use_tuned=false)") from None
+    except yaml.YAMLError as e:
+        raise HybridschedError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    try:
+        cfg.merge_with(tuned)
+    except Exception as e:  # a key the config does not have
+        raise HybridschedError(f"{path}: does not fit the config ({str(e).splitlines()[0]})") from None
+
+
 def run_stage(fn: Callable[[DictConfig], Any], cfg: DictConfig, outputs: Sequence[str] = ()) -> Any:
     """Call ``fn(cfg)``; bad input ends the process with ``error: ...`` and exit code 1.
 
     Under multirun, the ``paths`` entries named in ``outputs`` move into the job's folder
     (so jobs never overwrite the DVC outputs or each other), and the stage's result
     (a DataFrame or a dict of metrics) is saved there as ``result.json`` for the
-    sweep's comparison table (stages/multirun.py).
+    sweep's comparison table (stages/multirun.py). With ``use_tuned``, the tuned values
+    are applied first.
     """
     job = multirun_dir()
     if job is not None:
         for key in outputs:
             OmegaConf.update(cfg, f"paths.{key}", str(job / Path(cfg.paths[key]).name), merge=False)
     try:
+        apply_tuned(cfg)
         result = fn(cfg)
     except HybridschedError as e:
         print(f"error: {e}", file=sys.stderr)
