@@ -29,14 +29,14 @@ def best_split(cpu_s, gpu_s, launch_s, cpu_free, gpu_free, grid, max_f):
     return best_f, best
 
 
-@njit(cache=True)
+@njit  # not disk-cached: numba would not see edits to callees in other files
 def _eft(i, t, est, true_free, X, pdata, params):
     g = least_loaded_gpu(est, t)
     f, _ = best_split(X[i, CPU_S], X[i, GPU_S], params[0], est[0], est[g + 1], params[1:], X[i, MAX_F])
     return g, f
 
 
-@njit(cache=True)
+@njit  # not disk-cached: numba would not see edits to callees in other files
 def _oracle(i, t, est, true_free, X, pdata, params):
     g = least_loaded_gpu(true_free, t)
     cpu_free = max(t, true_free[0])

@@ -1,0 +1,99 @@
+"""DQN decision speed: decisions/s of the dqn policy on 10^5 tasks (one whole ``simulate`` call:
+state features + dueling forward pass in the compiled kernel, plus the event loop).
+
+Run: `python -m benchmarks.bench_dqn [--tasks 100000] [--model-dir models/dqn]`.
+Uses the trained model in --model-dir (stage train_dqn); without one, a randomly initialised
+network of the same shape (the speed does not depend on the weights' values).
+Target (2 cores): >= 50,000 decisions/s for the frozen greedy policy.
+Also shown: epsilon-greedy, online learning (gradient steps during the run, on 10^4 tasks),
+the bare forward pass on a matrix of states, and eft on the same tasks for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import measure, report
+from hybridsched.cluster import Cluster
+from hybridsched.policies.dqn import DQNPolicy
+from hybridsched.policies.eft import EarliestFinishTime
+from hybridsched.sim import simulate, task_matrix
+from hybridsched.workload import WorkloadSpec, generate
+
+TARGET_DECISIONS_PER_S = 50_000
+
+
+def _model_dir(path: Path, cluster: Cluster, tmp: Path) -> tuple[Path, str]:
+    if (path / "model.pt").exists():
+        return path, str(path)
+    import torch
+
+    from hybridsched.learn.dqn import DQNSettings, QNetwork, save_network
+    from hybridsched.learn.dqn_state import StateSpec
+
+    warm = generate(WorkloadSpec(rate=6.0), 1000, np.random.default_rng(2))
+    spec = StateSpec.fit(task_matrix(warm, cluster), cluster)
+    settings = DQNSettings()
+    torch.manual_seed(0)
+    save_network(tmp, QNetwork(spec.n_state, spec.n_actions, settings.hidden), spec, settings)
+    return tmp, "untrained (no model in --model-dir)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tasks", type=int, default=100_000)
+    ap.add_argument("--online-tasks", type=int, default=10_000)
+    ap.add_argument("--model-dir", type=Path, default=Path("models/dqn"))
+    args = ap.parse_args()
+    cluster = Cluster()
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir, source = _model_dir(args.model_dir, cluster, Path(tmp))
+        cases = [
+            ("dqn (greedy)", DQNPolicy(model_dir), args.tasks),
+            ("dqn (epsilon 0.1)", DQNPolicy(model_dir, epsilon=0.1), args.tasks),
+            ("dqn_online (eps 0.1, updates)", DQNPolicy(model_dir, epsilon=0.1, online=True), args.online_tasks),
+            ("eft (reference)", EarliestFinishTime(), args.tasks),
+        ]
+        warm = generate(WorkloadSpec(rate=6.0), 300, np.random.default_rng(1))
+        for _, p, _ in cases:  # compile and load the model outside the timings
+            simulate(warm, cluster, p, cluster.sample_noise(len(warm), np.random.default_rng(1)))
+        rows = []
+        for label, p, n in cases:
+            rng = np.random.default_rng(0)
+            tasks = generate(WorkloadSpec(rate=6.0), n, rng)
+            real = cluster.sample_noise(n, rng)
+            (dt, peak), (dt2, _) = (measure(lambda p=p, t=tasks, r=real: simulate(t, cluster, p, r)) for _ in range(2))
+            dt = min(dt, dt2)
+            rows.append({"policy": label, "tasks": n, "seconds": round(dt, 3), "decisions_per_s": round(n / dt),
+                         "us_per_decision": round(dt / n * 1e6, 3), "peak_mb": round(peak, 1)})
+        rows.append(_forward_only(model_dir, cluster, args.tasks))
+    greedy = rows[0]["decisions_per_s"]
+    ok = greedy >= TARGET_DECISIONS_PER_S
+    report("bench_dqn", rows, {"model": source, "target_decisions_per_s": TARGET_DECISIONS_PER_S, "target_met": ok})
+    print(f"target (dqn greedy >= {TARGET_DECISIONS_PER_S:,} decisions/s on {args.tasks:,} tasks): "
+          f"{'met' if ok else 'MISSED'} ({greedy:,})")
+
+
+def _forward_only(model_dir: Path, cluster: Cluster, n: int) -> dict:
+    """The compiled dueling forward pass alone, on ``n`` states."""
+    from hybridsched.learn.dqn import load_model
+    from hybridsched.learn.dqn_state import q_values_batch
+
+    m = load_model(model_dir)
+    params = m.spec.pack(m.weights(), m.hidden)
+    S = np.random.default_rng(0).normal(size=(n, m.spec.n_state))
+    q_values_batch(S[:10], params)  # compile
+    t0 = time.perf_counter()
+    q_values_batch(S, params)
+    dt = time.perf_counter() - t0
+    return {"policy": "forward pass only", "tasks": n, "seconds": round(dt, 3), "decisions_per_s": round(n / dt),
+            "us_per_decision": round(dt / n * 1e6, 3), "peak_mb": float("nan")}
+
+
+if __name__ == "__main__":
+    main()
