@@ -15,6 +15,7 @@ from hybridsched.evaluation import compare, latency_quantiles, utilisation_table
 from hybridsched.io import write_frame, write_json
 from hybridsched.plots import save_comparison_pngs
 from hybridsched.workload import read_tasks
+from stages import alibaba
 from stages.common import as_dict, run_stage, track
 
 
@@ -28,8 +29,12 @@ def load_traces(traces_dir: Path) -> tuple[dict[str, pd.DataFrame], dict[str, fl
 
 def evaluate(cfg: DictConfig) -> pd.DataFrame:
     """Write metrics/summary.json, metrics/policies.csv and the plot data and PNGs."""
+    if alibaba.is_alibaba(cfg):  # node-cluster metrics of a trace workload
+        return alibaba.evaluate(cfg)
     cluster = cluster_from_config(as_dict(cfg.cluster))
     traces, bound = load_traces(Path(cfg.paths.traces_dir))
+    order = {n: k for k, n in enumerate(cfg.sim.policies)}  # the configured order, then any others
+    traces = dict(sorted(traces.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
     tasks = read_tasks(Path(cfg.paths.workload_dir) / "test.parquet")
     parents = {int(tasks.task_id[i]): tasks.task_id[tasks.parents(i)].tolist() for i in range(len(tasks)) if len(tasks.parents(i))}
     table = compare(traces, cluster, bound, parents)

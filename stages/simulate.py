@@ -17,7 +17,8 @@ from hybridsched.evaluation import compare
 from hybridsched.io import atomic_dir, write_frame, write_json
 from hybridsched.sim import simulate
 from hybridsched.workload import TaskTable, generate_splits, read_tasks
-from stages.common import as_dict, multirun_dir, run_stage
+from stages import alibaba
+from stages.common import as_dict, multirun_dir, run_stage, track
 
 
 def build_policies(cfg: DictConfig) -> dict:
@@ -49,6 +50,8 @@ def test_tasks(cfg: DictConfig, max_memory_mb: float) -> TaskTable:
 def simulate_policies(cfg: DictConfig):  # -> pandas.DataFrame
     """Write ``<policy>.parquet`` traces and ``lower_bound.json`` into ``paths.traces_dir``
     atomically; return the per-policy comparison table."""
+    if alibaba.is_alibaba(cfg):  # node cluster and node policies of a trace workload
+        return alibaba.simulate(cfg)
     cluster = cluster_from_config(as_dict(cfg.cluster))
     tasks = test_tasks(cfg, cluster.max_task_memory_mb)
     policies = build_policies(cfg)
@@ -61,7 +64,10 @@ def simulate_policies(cfg: DictConfig):  # -> pandas.DataFrame
             write_frame(tmp / f"{name}.parquet", traces[name])
             print(f"simulate: {name:<16} makespan {traces[name]['end'].max() - tasks.arrival[0]:10.1f} s")
         write_json(tmp / "lower_bound.json", bound)
-    return compare(traces, cluster, bound).assign(workload=cfg.workload.name)
+    table = compare(traces, cluster, bound)
+    headline = table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")
+    track("simulate", cfg, {"lower_bound": bound, **headline})
+    return table.assign(workload=cfg.workload.name)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")

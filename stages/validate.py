@@ -12,6 +12,7 @@ from hybridsched.cluster import Cluster
 from hybridsched.errors import DataValidationError
 from hybridsched.io import write_json
 from hybridsched.validation import failure_summary, validate_files
+from stages import alibaba
 from stages.common import as_dict, run_stage
 
 SPLITS = ("train", "test")
@@ -19,6 +20,8 @@ SPLITS = ("train", "test")
 
 def validate(cfg: DictConfig) -> dict[str, Any]:
     """Write metrics/validation.json; raise DataValidationError listing every failed expectation."""
+    if alibaba.is_alibaba(cfg):  # pod tables of a trace workload
+        return alibaba.validate(cfg)
     # memory limits come from the configured devices (the profile never changes them)
     max_memory_mb = Cluster.from_dict(as_dict(cfg.cluster)).max_task_memory_mb
     workload_dir = Path(cfg.paths.workload_dir)

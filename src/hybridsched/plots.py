@@ -53,3 +53,20 @@ def _save(fig, path: Path) -> Path:
 
     plt.close(fig)
     return path
+
+
+def save_importance_png(importance: dict[str, float], path: Path, title: str = "Feature importance") -> Path:
+    """Horizontal bars of feature importances, largest on top."""
+    plt = _pyplot()
+    items = sorted(importance.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(items) + 1.5))
+    ax.barh([k for k, _ in items], [v for _, v in items])
+    ax.set(xlabel="drop in held-out R² when the feature is shuffled", title=title)
+    return _save(fig, Path(path))
+
+
+def save_axes(ax, path: Path) -> Path:
+    """Save the figure of a matplotlib Axes (e.g. from optuna.visualization.matplotlib)."""
+    _pyplot()
+    fig = ax.figure if hasattr(ax, "figure") else ax[0].figure
+    return _save(fig, Path(path))

@@ -20,6 +20,8 @@ MODEL_REQUIREMENTS = {
     "xgboost": ["xgboost-cpu==3.2.0", "numpy==2.4.6"],
     "pytorch": ["torch==2.13.0", "numpy==2.4.6"],
 }
+# mlflow saves sklearn models with skops, which wants the tree type named as trusted
+MODEL_KWARGS = {"sklearn": {"skops_trusted_types": ["sklearn.tree._tree.Tree"]}}
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -56,7 +58,8 @@ def log_run(
 ) -> str | None:
     """Log one stage run; returns its run id (None when disabled).
 
-    ``model`` is ``(flavor, object)`` with flavor ``sklearn``, ``xgboost`` or ``pytorch``.
+    ``model`` is ``(flavor, object)`` or ``(flavor, object, log_model_kwargs)`` with flavor
+    ``sklearn``, ``xgboost`` or ``pytorch`` (which needs ``input_example`` for its pt2 format).
     """
     if not enabled:
         return None
@@ -81,6 +84,7 @@ def log_run(
             elif p.exists():
                 mlflow.log_artifact(str(p))
         if model is not None:
-            flavor, obj = model
-            getattr(mlflow, flavor).log_model(obj, name="model", pip_requirements=MODEL_REQUIREMENTS[flavor])
+            flavor, obj, *extra = model
+            kwargs = {**MODEL_KWARGS.get(flavor, {}), **(extra[0] if extra else {})}
+            getattr(mlflow, flavor).log_model(obj, name="model", pip_requirements=MODEL_REQUIREMENTS[flavor], **kwargs)
         return run.info.run_id

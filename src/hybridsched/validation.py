@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,14 +129,17 @@ def build_suite(columns: list[str], max_memory_mb: float) -> list[Any]:
     return suite
 
 
-def validate_frame(df: pd.DataFrame, name: str, max_memory_mb: float, context: Any = None) -> dict[str, Any]:
-    """Run the suite on one task table; the per-file part of metrics/validation.json."""
+def validate_frame(df: pd.DataFrame, name: str, max_memory_mb: float, context: Any = None,
+                   suite_builder: Callable[[list[str], float], list[Any]] | None = None) -> dict[str, Any]:
+    """Run the suite on one task table; the per-file part of metrics/validation.json.
+    ``suite_builder(columns, max_memory_mb)`` replaces ``build_suite`` for another schema
+    (the Alibaba pod tables: ``nodesim/validation.py``)."""
     gx, _ = _gx()
     context = context or ephemeral_context()
     data = df.copy()
     if "deps" in data.columns:
         data[DEPS_CHECK_COLUMN] = deps_not_earlier(data)
-    expectations = build_suite(list(df.columns), max_memory_mb)
+    expectations = (suite_builder or build_suite)(list(df.columns), max_memory_mb)
     suite = context.suites.add(gx.ExpectationSuite(name=f"workload:{name}", expectations=expectations))
     asset = context.data_sources.add_pandas(f"source:{name}").add_dataframe_asset(name)
     batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": data})
@@ -190,7 +194,8 @@ def read_frame(path: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
 
 
-def validate_files(paths: dict[str, str | Path], max_memory_mb: float) -> dict[str, Any]:
+def validate_files(paths: dict[str, str | Path], max_memory_mb: float,
+                   suite_builder: Callable[[list[str], float], list[Any]] | None = None) -> dict[str, Any]:
     """Validate each named workload file; the whole metrics/validation.json content.
 
     A file that is missing or unreadable is a failed entry with an ``error``, not an
@@ -209,7 +214,7 @@ def validate_files(paths: dict[str, str | Path], max_memory_mb: float) -> dict[s
             entry.update(success=False, error=f"cannot read: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                          n_failed=1, expectations=[])
         else:
-            entry.update(validate_frame(df, name, max_memory_mb, context))
+            entry.update(validate_frame(df, name, max_memory_mb, context, suite_builder))
         files[name] = entry
     return {"success": all(f["success"] for f in files.values()), "max_memory_mb": float(max_memory_mb),
             "files": files}

@@ -1,0 +1,51 @@
+"""DVC stage: fit the run-time predictor (RandomForest or XGBoost) on the training workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import pandas as pd
+from omegaconf import DictConfig
+
+from hybridsched.cluster import cluster_from_config
+from hybridsched.io import write_frame, write_json
+from hybridsched.learn.runtime_model import save_model, train_runtime_model
+from hybridsched.plots import save_importance_png
+from hybridsched.sim import task_matrix
+from hybridsched.workload import read_tasks
+from stages import alibaba
+from stages.common import as_dict, run_stage, track
+
+
+def train_rf(cfg: DictConfig) -> dict:
+    """Fit, score on a held-out split, save the model to ``rf.model_dir``; write
+    metrics/train_rf.json and the importance plot (PNG + csv). Returns the metrics."""
+    if alibaba.is_alibaba(cfg):  # pod duration model of a trace workload
+        return alibaba.train_rf(cfg)
+    rf_cfg = as_dict(cfg.rf)
+    cluster = cluster_from_config(as_dict(cfg.cluster))
+    tasks = read_tasks(Path(cfg.paths.workload_dir) / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    model, metrics = train_runtime_model(task_matrix(tasks, cluster), cluster, rf_cfg)
+    save_model(model, rf_cfg["model_dir"], {"workload": cfg.workload.name, "metrics": metrics})
+    out = Path(cfg.paths.metrics_dir)
+    write_json(out / "train_rf.json", metrics)
+    imp = pd.DataFrame({"feature": list(metrics["importance"]), "importance": list(metrics["importance"].values())})
+    write_frame(out / "plots" / "rf_importance.csv", imp)
+    png = save_importance_png(metrics["importance"], out / "plots" / "rf_importance.png",
+                              title=f"{metrics['model']} run-time model: permutation importance")
+    flavor = "xgboost" if metrics["model"] == "xgboost" else "sklearn"
+    track("train_rf", cfg, metrics, [out / "train_rf.json", png, Path(rf_cfg["model_dir"]) / "meta.json"],
+          model=(flavor, model.estimator))
+    return metrics
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    m = run_stage(train_rf, cfg)
+    mae = ", ".join(f"{k} {v:.3f} s" for k, v in m["mae_s"].items())
+    print(f"train_rf: {m['model']} on {m['n_train']} tasks, held-out R² (log) {m['r2']:.4f}, MAE {mae}")
+
+
+if __name__ == "__main__":
+    main()
