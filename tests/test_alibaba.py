@@ -79,6 +79,7 @@ def test_import_maps_columns_to_tasks_and_counts_every_dropped_row(tmp_path):
         ("pod-x,1000,1024,1,1000,,LS,Running,1,five,1", "deletion_time", 2),
         ("pod-x,1000,1024,1,1500,,LS,Running,1,5,1", "gpu_milli", 2),
         ("pod-x,1000,1024,1.5,1000,,LS,Running,1,5,1", "num_gpu", 2),
+        ("pod-x,1000,inf,1,1000,,LS,Running,1,5,1", "memory_mib", 2),
     ],
 )
 def test_a_bad_value_is_an_error_naming_file_column_row_and_pod(tmp_path, row, column, row_no):

@@ -271,7 +271,7 @@ def _numeric(raw: pd.DataFrame, col: str, src: str, names: np.ndarray, required:
     A ``required`` column may not have empty values either."""
     text = raw[col].astype(str).str.strip()
     values = pd.to_numeric(text.where(text != "", None), errors="coerce").to_numpy(dtype=np.float64)
-    bad = (np.isnan(values) & (text != "").to_numpy()) | ~np.isfinite(np.nan_to_num(values, nan=0.0))
+    bad = (np.isnan(values) & (text != "").to_numpy()) | np.isinf(values)
     if required:
         bad |= (text == "").to_numpy()
     if bad.any():

@@ -74,6 +74,10 @@ class NodeDQN(NodePolicy):
     """Greedy (or epsilon-greedy) in the Q-network's actions; learns when given a learner."""
 
     name = "dqn"
+    # set by learn.node_dqn while training
+    forced_action: int | None = None  # calibration run: always this action
+    epsilon_fn: Callable[[int], float] = staticmethod(lambda step: 0.0)
+    time_scale: float = 1.0
 
     def __init__(self, model_dir: str | None = "models/dqn", epsilon: float = 0.0, seed: int = 0) -> None:
         self.model_dir = model_dir
@@ -170,10 +174,6 @@ class NodeDQN(NodePolicy):
         return self._gpu_choice
 
     # --- learning ---------------------------------------------------------------------------
-    forced_action: int | None = None  # calibration runs: always this action
-    epsilon_fn: Callable[[int], float] = staticmethod(lambda step: 0.0)
-    time_scale: float = 1.0
-
     def _record(self, s: np.ndarray, a: int, run: float, state: ClusterState) -> None:
         """Close the previous decision's transition with the waiting accrued since it."""
         if self._last is not None:

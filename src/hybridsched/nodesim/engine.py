@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
-from hybridsched.nodesim.cluster import NodeCluster, RunInputs
+from hybridsched.nodesim.cluster import NodeCluster, RunInputs, fits_empty
 
 TRACE_COLUMNS = ("task_id", "name", "policy", "arrival", "start", "end", "wait", "run_time", "node", "node_name",
                  "model", "gpus", "num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "qos", "energy_j")
@@ -105,11 +105,10 @@ class NodeTrace:
 def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | None = None) -> NodeTrace:
     """Run ``policy`` (see ``nodesim/policies.py``) on the tasks; every task must fit some node of
     an empty cluster (``fits_empty``), else it could wait forever and this raises."""
-    from hybridsched.nodesim.cluster import fits_empty
-
     n = len(inp)
-    if n and not fits_empty(inp, cluster).any(axis=1).all():
-        bad = int(np.flatnonzero(~fits_empty(inp, cluster).any(axis=1))[0])
+    fits_any = fits_empty(inp, cluster).any(axis=1)
+    if not fits_any.all():
+        bad = int(np.flatnonzero(~fits_any)[0])
         raise HybridschedError(f"task {inp.tasks.name[bad]!r} fits no node of the cluster even when it is empty "
                                f"(drop such tasks first: nodesim.pipeline.drop_infeasible)")
     if n and not np.isfinite(inp.tasks.duration).all():
