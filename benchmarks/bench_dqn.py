@@ -92,7 +92,7 @@ def _forward_only(model_dir: Path, cluster: Cluster, n: int) -> dict:
     q_values_batch(S, params)
     dt = time.perf_counter() - t0
     return {"policy": "forward pass only", "tasks": n, "seconds": round(dt, 3), "decisions_per_s": round(n / dt),
-            "us_per_decision": round(dt / n * 1e6, 3), "peak_mb": float("nan")}
+            "us_per_decision": round(dt / n * 1e6, 3), "peak_mb": None}
 
 
 if __name__ == "__main__":

@@ -83,3 +83,20 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_model_meta(path: str | os.PathLike[str], made_by: str) -> dict[str, Any]:
+    """A model folder's JSON metadata; ModelFileError (naming the file) when it is missing
+    or not a JSON object. ``made_by`` says what writes it, for the 'not found' hint."""
+    from hybridsched.errors import ModelFileError
+
+    p = Path(path)
+    try:
+        meta = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ModelFileError(f"{p}: not found (run {made_by})") from None
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"{p}: corrupt ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    if not isinstance(meta, dict):
+        raise ModelFileError(f"{p}: corrupt (not a JSON object)")
+    return meta

@@ -36,6 +36,7 @@ from torch import nn
 
 from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
+from hybridsched.io import read_model_meta
 from hybridsched.learn.dqn_state import DEFAULT_FRACTIONS, StateSpec
 from hybridsched.learn.replay import ReplayBuffer
 from hybridsched.workload import TaskTable
@@ -294,14 +295,12 @@ def load_model(model_dir: str | Path) -> SavedModel:
     """Load what ``save_model`` wrote; a missing, corrupt or mismatched file is a ModelFileError."""
     d = Path(model_dir)
     meta_path, model_path = d / META_FILE, d / MODEL_FILE
+    meta = read_model_meta(meta_path, "the train_dqn stage")
     try:
-        meta = json.loads(meta_path.read_text())
         if meta.get("format") != FORMAT:
             raise ModelFileError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT!r}")
         spec = StateSpec.from_dict(meta["spec"])
         settings = DQNSettings.from_dict(meta["settings"])
-    except FileNotFoundError:
-        raise ModelFileError(f"{meta_path}: not found (run the train_dqn stage)") from None
     except (ValueError, KeyError, TypeError, HybridschedError) as e:
         if isinstance(e, ModelFileError):
             raise

@@ -19,7 +19,7 @@ import numpy as np
 
 from hybridsched.alibaba import PodTable
 from hybridsched.errors import ModelFileError
-from hybridsched.io import atomic_dir
+from hybridsched.io import atomic_dir, read_model_meta
 from hybridsched.nodesim.cluster import CPU_MODEL, NodeCluster, run_inputs
 from hybridsched.nodesim.dqn import ACTIONS, NodeDQN, n_state
 
@@ -106,12 +106,7 @@ def load_node_dqn(model_dir: str | Path) -> dict[str, Any]:
     import torch
 
     d = Path(model_dir)
-    try:
-        meta = json.loads((d / META_FILE).read_text())
-    except FileNotFoundError:
-        raise ModelFileError(f"{d / META_FILE}: not found (run the train_dqn stage on the alibaba workload)") from None
-    except ValueError as e:
-        raise ModelFileError(f"{d / META_FILE}: corrupt ({e})") from None
+    meta = read_model_meta(d / META_FILE, "the train_dqn stage on the alibaba workload")
     if meta.get("format") != FORMAT or meta.get("actions") != list(ACTIONS):
         raise ModelFileError(f"{d / META_FILE}: not a node DQN of actions {list(ACTIONS)} (format "
                              f"{meta.get('format')!r}; retrain with the train_dqn stage)")

@@ -22,7 +22,7 @@ import numpy as np
 
 from hybridsched.alibaba import PodTable
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.io import atomic_dir
+from hybridsched.io import atomic_dir, read_model_meta
 from hybridsched.learn.runtime_model import SKOPS_TRUSTED, make_estimator, r2_score
 
 QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
@@ -116,12 +116,7 @@ def load_pod_runtime(model_dir: str | Path) -> PodRuntimeModel:
     import skops.io as sio
 
     d = Path(model_dir)
-    try:
-        meta = json.loads((d / META_FILE).read_text())
-    except FileNotFoundError:
-        raise ModelFileError(f"{d / META_FILE}: not found (run the train_rf stage on the alibaba workload)") from None
-    except ValueError as e:
-        raise ModelFileError(f"{d / META_FILE}: corrupt ({e})") from None
+    meta = read_model_meta(d / META_FILE, "the train_rf stage on the alibaba workload")
     if meta.get("format") != FORMAT or tuple(meta.get("features", ())) != FEATURE_NAMES:
         raise ModelFileError(f"{d / META_FILE}: not a pod duration model with features {list(FEATURE_NAMES)} "
                              f"(format {meta.get('format')!r}; retrain with the train_rf stage)")

@@ -27,7 +27,7 @@ import numpy as np
 
 from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.io import atomic_dir
+from hybridsched.io import atomic_dir, read_model_meta
 from hybridsched.learn.features import FEATURE_NAMES, task_features
 from hybridsched.sim.engine import CPU_S, GPU_S
 
@@ -212,10 +212,8 @@ def load_model(model_dir: str | Path) -> RuntimeModel:
     problem if it is missing, corrupt, of unknown kind or fitted on other features."""
     model_dir = Path(model_dir)
     meta_path = model_dir / META_FILE
-    if not meta_path.is_file():
-        raise ModelFileError(f"{meta_path}: not found (run the train_rf stage first)")
+    meta = read_model_meta(meta_path, "the train_rf stage first")
     try:
-        meta = json.loads(meta_path.read_text())
         kind, file_name = meta["kind"], meta["model_file"]
         features, targets = tuple(meta["features"]), tuple(meta["targets"])
     except (ValueError, KeyError, TypeError) as e:
