@@ -143,7 +143,7 @@ def test_mismatched_feature_list_raises_model_file_error(tmp_path, trained):
 
 @pytest.mark.parametrize("damage, expected", [
     (lambda d: (d / META_FILE).unlink(), "not found"),
-    (lambda d: (d / META_FILE).write_text("{not json"), "corrupt (JSONDecodeError"),
+    (lambda d: (d / META_FILE).write_text("{not json"), r"corrupt \(JSONDecodeError"),
     (lambda d: (d / MODEL_FILES["random_forest"]).unlink(), "not found"),
 ])
 def test_missing_or_corrupt_metadata_raises_model_file_error(tmp_path, trained, damage, expected):
