@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from hybridsched.errors import HybridschedError
 from hybridsched.io import atomic_dir, write_frame, write_json
 from hybridsched.nodesim import pipeline as P
-from stages.common import as_dict, multirun_dir
+from stages.common import as_dict, multirun_dir, track
 
 
 def is_alibaba(cfg: DictConfig) -> bool:
@@ -63,8 +63,9 @@ def train_rf(cfg: DictConfig) -> dict:
     write_json(out / "train_rf.json", metrics)
     imp = pd.DataFrame({"feature": list(metrics["importance"]), "importance": list(metrics["importance"].values())})
     write_frame(out / "plots" / "rf_importance.csv", imp)
-    save_importance_png(metrics["importance"], out / "plots" / "rf_importance.png",
-                        title="pod duration RandomForest: permutation importance")
+    png = save_importance_png(metrics["importance"], out / "plots" / "rf_importance.png",
+                              title="pod duration RandomForest: permutation importance")
+    track("train_rf", cfg, metrics, [out / "train_rf.json", png])
     return metrics
 
 
@@ -80,6 +81,7 @@ def train_dqn(cfg: DictConfig) -> dict:
     out = Path(cfg.paths.metrics_dir)
     write_json(out / "train_dqn.json", metrics)
     write_frame(out / "plots" / "train_dqn.csv", pd.DataFrame(history).drop(columns="actions").round(6))
+    track("train_dqn", cfg, metrics, [out / "train_dqn.json", out / "plots" / "train_dqn.csv"])
     return metrics
 
 
@@ -117,7 +119,9 @@ def simulate(cfg: DictConfig) -> pd.DataFrame:
             write_frame(tmp / f"{name}.parquet", tr)
             print(f"simulate: {name:<16} mean JCT {(tr['end'] - tr['arrival']).mean():10.1f} s")
         write_json(tmp / "lower_bound.json", bound)
-    return P.compare(traces, test, nodes, cluster.power, bound).assign(workload=cfg.workload.name)
+    table = P.compare(traces, test, nodes, cluster.power, bound)
+    track("simulate", cfg, {"lower_bound": bound, **table[["mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
+    return table.assign(workload=cfg.workload.name)
 
 
 def evaluate(cfg: DictConfig) -> pd.DataFrame:
@@ -144,7 +148,8 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
     write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
     write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
     write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
-    save_comparison_pngs(traces, table, util, out / "plots")
+    pngs = save_comparison_pngs(traces, table, util, out / "plots")
+    track("evaluate", cfg, {"lower_bound": bound, **summary["policies"]}, [out / "summary.json", out / "policies.csv", *pngs])
     return table
 
 

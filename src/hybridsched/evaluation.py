@@ -30,6 +30,7 @@ def compare(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict[str, 
         df["latency_speedup_vs_round_robin"] = df.loc[BASELINE, "mean_latency"] / df["mean_latency"]
     if "oracle" in df.index:
         df["makespan_vs_oracle"] = df["makespan"] / df.loc["oracle", "makespan"]
+        df["mean_latency_vs_oracle"] = df["mean_latency"] / df.loc["oracle", "mean_latency"]
     return df
 
 
