@@ -49,6 +49,13 @@ def test_rerun_resumes_the_study_instead_of_starting_over(tmp_path, train):
     assert more["n_trials"] == 5 and more["study"] == first["study"]
 
 
+def test_other_training_data_is_another_study(tmp_path, train):
+    s = TuneSettings(n_trials=2, storage=str(tmp_path / "s.journal"))
+    a = run_study(s, _cfg(), train, Cluster())
+    b = run_study(s, _cfg(), small_workload(300, seed=6, rate=6.0), Cluster())
+    assert a["study"] != b["study"] and b["n_trials"] == 2
+
+
 def test_two_objectives_give_a_non_dominated_front(tmp_path, train):
     s = TuneSettings(n_trials=5, objectives=["mean_latency", "energy_j"], storage=str(tmp_path / "s.journal"))
     front = run_study(s, _cfg(), train, Cluster())["pareto_front"]

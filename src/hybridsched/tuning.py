@@ -151,11 +151,15 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
 # --- the study ---------------------------------------------------------------------------
 
 
-def study_name(settings: TuneSettings, cfg: dict[str, Any], n_tasks: int) -> str:
+def study_name(settings: TuneSettings, cfg: dict[str, Any], tasks: TaskTable) -> str:
     """Same settings, same data, same search space -> same study (so reruns resume)."""
+    data = hashlib.sha1()
+    for a in (tasks.task_id, tasks.arrival, tasks.size, tasks.intensity, tasks.memory_mb, tasks.parent_idx):
+        data.update(np.ascontiguousarray(a).tobytes())
     key = json.dumps({"s": {k: v for k, v in vars(settings).items() if k not in ("n_trials", "n_jobs", "storage")},
                       "rf": cfg.get("rf"), "dqn": cfg.get("dqn"), "cluster": cfg.get("cluster"),
-                      "policy": cfg.get("policies", {}).get("hybrid_ml"), "n": n_tasks}, sort_keys=True, default=str)
+                      "policy": cfg.get("policies", {}).get("hybrid_ml"), "data": data.hexdigest()},
+                     sort_keys=True, default=str)
     return f"{settings.target}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 
@@ -211,7 +215,7 @@ def run_study(settings: TuneSettings, cfg: dict[str, Any], train: TaskTable, clu
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     fit, val = split_validation(train, settings.validation_fraction)
-    name = study_name(settings, cfg, len(train))
+    name = study_name(settings, cfg, train)
     storage = _storage(settings.storage)
     directions = ["minimize"] * len(settings.objectives)
     # created once here, before any worker starts (no creation race)
