@@ -128,9 +128,8 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
     """metrics/summary.json, metrics/policies.csv, the plot tables and PNGs."""
     import json
 
-    from hybridsched.evaluation import latency_quantiles
+    from hybridsched.evaluation import write_report
     from hybridsched.nodesim.cluster import Power
-    from hybridsched.plots import save_comparison_pngs
 
     td, wd = Path(cfg.paths.traces_dir), cfg.paths.workload_dir
     traces = {p.stem: pd.read_parquet(p) for p in sorted(td.glob("*.parquet"))}
@@ -142,14 +141,8 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
     out = Path(cfg.paths.metrics_dir)
     summary = {"workload": cfg.workload.name, "kind": "alibaba", "n_tasks": len(test), "nodes": nodes.summary(),
                "lower_bound": bound, "policies": table.round(6).to_dict(orient="index")}
-    write_json(out / "summary.json", summary)
-    write_frame(out / "policies.csv", table.round(6).reset_index())
-    util = P.utilisation_long(traces, nodes)
-    write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
-    write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
-    write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
-    pngs = save_comparison_pngs(traces, table, util, out / "plots")
-    track("evaluate", cfg, {"lower_bound": bound, **summary["policies"]}, [out / "summary.json", out / "policies.csv", *pngs])
+    files = write_report(out, summary, table, traces, P.utilisation_long(traces, nodes))
+    track("evaluate", cfg, {"lower_bound": bound, **summary["policies"]}, files)
     return table
 
 

@@ -11,9 +11,7 @@ from omegaconf import DictConfig
 
 from hybridsched.cluster import cluster_from_config
 from hybridsched.errors import HybridschedError
-from hybridsched.evaluation import compare, latency_quantiles, utilisation_table
-from hybridsched.io import write_frame, write_json
-from hybridsched.plots import save_comparison_pngs
+from hybridsched.evaluation import compare, utilisation_table, write_report
 from hybridsched.workload import read_tasks
 from stages import alibaba
 from stages.common import as_dict, run_stage, track
@@ -41,14 +39,8 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
     out = Path(cfg.paths.metrics_dir)
     summary = {"workload": cfg.workload.name, "n_tasks": len(tasks), "lower_bound": bound,
                "policies": table.round(6).to_dict(orient="index")}
-    write_json(out / "summary.json", summary)
-    write_frame(out / "policies.csv", table.round(6).reset_index())
-    util = utilisation_table(table, cluster.n_gpus)
-    write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
-    write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
-    write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
-    pngs = save_comparison_pngs(traces, table, util, out / "plots")
-    track("evaluate", cfg, {"lower_bound": bound, **summary["policies"]}, [out / "summary.json", out / "policies.csv", *pngs])
+    files = write_report(out, summary, table, traces, utilisation_table(table, cluster.n_gpus))
+    track("evaluate", cfg, {"lower_bound": bound, **summary["policies"]}, files)
     return table
 
 

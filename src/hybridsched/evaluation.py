@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -50,3 +53,19 @@ def utilisation_table(table: pd.DataFrame, n_gpus: int) -> pd.DataFrame:
     long["device"] = long["device"].str.replace("_utilisation", "")
     long["policy_device"] = long["policy"] + "/" + long["device"]
     return long
+
+
+def write_report(out: Path, summary: dict[str, Any], table: pd.DataFrame, traces: dict[str, pd.DataFrame],
+                 util: pd.DataFrame) -> list[Path]:
+    """Write summary.json, policies.csv, the DVC plot tables and the PNGs under ``out``;
+    returns the files worth keeping as run artifacts."""
+    from hybridsched.io import write_frame, write_json
+    from hybridsched.plots import save_comparison_pngs
+
+    write_json(out / "summary.json", summary)
+    write_frame(out / "policies.csv", table.round(6).reset_index())
+    write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
+    write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
+    write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
+    pngs = save_comparison_pngs(traces, table, util, out / "plots")
+    return [out / "summary.json", out / "policies.csv", *pngs]

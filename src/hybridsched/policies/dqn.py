@@ -21,7 +21,7 @@ import numpy as np
 
 from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.learn.dqn_state import ACTION, FEAT, FRAC, ORDER, RAND_A, SEQ, TIME, U, StateSpec, dqn_decide
+from hybridsched.learn.dqn_state import ACTION, FEAT, FRAC, ORDER, RAND_A, SEQ, TIME, StateSpec, U, dqn_decide
 from hybridsched.learn.outcomes import OutcomeClock
 from hybridsched.policies.base import Policy
 from hybridsched.workload import TaskTable
