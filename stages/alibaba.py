@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig
 
+from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.io import atomic_dir, write_frame, write_json
 from hybridsched.nodesim import pipeline as P
@@ -129,7 +130,6 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
     import json
 
     from hybridsched.evaluation import write_report
-    from hybridsched.nodesim.cluster import Power
 
     td, wd = Path(cfg.paths.traces_dir), cfg.paths.workload_dir
     traces = {p.stem: pd.read_parquet(p) for p in sorted(td.glob("*.parquet"))}
@@ -137,7 +137,7 @@ def evaluate(cfg: DictConfig) -> pd.DataFrame:
         raise HybridschedError(f"{td}: no traces (run the simulate stage first)")
     bound = json.loads((td / "lower_bound.json").read_text())
     test, nodes = P.read_split(wd, "test"), P.read_nodes(wd)
-    table = P.compare(traces, test, nodes, Power.from_cluster_config(as_dict(cfg.cluster)), bound)
+    table = P.compare(traces, test, nodes, Cluster.from_dict(as_dict(cfg.cluster)), bound)
     out = Path(cfg.paths.metrics_dir)
     summary = {"workload": cfg.workload.name, "kind": "alibaba", "n_tasks": len(test), "nodes": nodes.summary(),
                "lower_bound": bound, "policies": table.round(6).to_dict(orient="index")}

@@ -19,10 +19,11 @@ from hybridsched.alibaba import (
     read_pod_trace,
     sample_nodes,
 )
+from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError, WorkloadError
 from hybridsched.nodesim import policies as P
 from hybridsched.nodesim.bounds import lower_bound
-from hybridsched.nodesim.cluster import NodeCluster, Power, fits_some_node, run_inputs
+from hybridsched.nodesim.cluster import NodeCluster, fits_some_node, run_inputs
 from hybridsched.nodesim.engine import simulate
 from hybridsched.nodesim.metrics import check_trace, summarize
 from hybridsched.nodesim.speeds import MODEL_TO_GAVEL, job_type_of, read_gavel_throughputs, speed_table
@@ -297,7 +298,7 @@ def test_packing_leaves_less_fragmentation_than_spreading_on_sharing_tasks():
         policy.fit(pods)
         tr = simulate(inp, cluster, policy).to_frame(cluster)
         waits[policy.name] = tr["wait"].sum()
-        frag[policy.name] = summarize(tr, nodes, Power())
+        frag[policy.name] = summarize(tr, nodes, Cluster())
         assert 0 <= frag[policy.name]["frag_gpu_share"] <= 1 - frag[policy.name]["gpu_utilisation"] + 1e-9
     assert waits["best_fit"] == 0 and waits["fgd"] == 0 and waits["greedy"] > 0
     # greedy: every GPU half free, useless to the whole-GPU third of the mix -> 1/3 * 1/2

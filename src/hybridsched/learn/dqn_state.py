@@ -176,6 +176,18 @@ def features_into(out, i, t, est, X, params):
 
 
 @njit(cache=True)
+def _dense_relu(params, w, b, x, out):
+    """out = relu(W x + b), with W (row-major, len(out) x len(x)) and b packed in params at w, b."""
+    n_in = x.shape[0]
+    for r in range(out.shape[0]):
+        acc = params[b + r]
+        base = w + r * n_in
+        for c in range(n_in):
+            acc += params[base + c] * x[c]
+        out[r] = acc if acc > 0.0 else 0.0
+
+
+@njit(cache=True)
 def q_values_into(q, s, params):
     """Dueling forward pass of the packed weights: Q = V + A - mean(A), written into ``q``."""
     S = int(params[N_STATE])
@@ -191,19 +203,9 @@ def q_values_into(q, s, params):
     wa, o = o, o + A * H
     ba = o
     h1 = np.empty(H)
-    for r in range(H):
-        acc = params[b1 + r]
-        base = w1 + r * S
-        for c in range(S):
-            acc += params[base + c] * s[c]
-        h1[r] = acc if acc > 0.0 else 0.0
+    _dense_relu(params, w1, b1, s, h1)
     h2 = np.empty(H)
-    for r in range(H):
-        acc = params[b2 + r]
-        base = w2 + r * H
-        for c in range(H):
-            acc += params[base + c] * h1[c]
-        h2[r] = acc if acc > 0.0 else 0.0
+    _dense_relu(params, w2, b2, h1, h2)
     v = params[bv]
     for c in range(H):
         v += params[wv + c] * h2[c]

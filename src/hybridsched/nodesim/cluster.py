@@ -16,24 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.alibaba import GPU_SPEC_SEP, MILLI, NodeTable, PodTable
+from hybridsched.cluster import Cluster
 from hybridsched.nodesim.speeds import SpeedTable, job_type_of
 
 CPU_MODEL = ""  # the "model" of nodes without GPUs
-
-
-@dataclass(frozen=True)
-class Power:
-    """Watts per GPU and per node CPU, and the electricity price."""
-
-    gpu_busy_w: float = 50.0
-    gpu_idle_w: float = 10.0
-    cpu_busy_w: float = 30.0
-    cpu_idle_w: float = 10.0
-    price_per_kwh: float = 0.15
-
-    @classmethod
-    def from_cluster_config(cls, cfg: dict) -> Power:
-        return cls(**{k: float(cfg[k]) for k in cls.__dataclass_fields__ if k in cfg})
 
 
 @dataclass
@@ -45,16 +31,16 @@ class NodeCluster:
     node_model: np.ndarray  # (N,) index into models
     gpu_cap: np.ndarray  # (N, G) milli
     speeds: SpeedTable
-    power: Power
+    power: Cluster  # its power constants and price (the same config keys as the single machine)
 
     @classmethod
-    def build(cls, nodes: NodeTable, speeds: SpeedTable, power: Power | None = None) -> NodeCluster:
+    def build(cls, nodes: NodeTable, speeds: SpeedTable, power: Cluster | None = None) -> NodeCluster:
         gpu_models = sorted({str(m) for m in nodes.model if m != CPU_MODEL})
         models = (*gpu_models, CPU_MODEL)
         node_model = np.array([models.index(str(m)) for m in nodes.model], dtype=np.int64)
         g = max(int(nodes.n_gpu.max()) if len(nodes) else 0, 1)
         gpu_cap = np.where(np.arange(g)[None, :] < nodes.n_gpu[:, None], float(MILLI), 0.0)
-        return cls(nodes, models, node_model, gpu_cap, speeds, power or Power())
+        return cls(nodes, models, node_model, gpu_cap, speeds, power or Cluster())
 
     @property
     def n_nodes(self) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.alibaba import GPU_SPEC_SEP, MILLI, NodeTable, PodTable
-from hybridsched.nodesim.cluster import Power
+from hybridsched.cluster import Cluster
 from hybridsched.nodesim.fragmentation import node_fragmentation, task_mix
 
 
@@ -76,7 +76,7 @@ def state_timeline(trace: pd.DataFrame, nodes: NodeTable) -> tuple[np.ndarray, n
     return times, alloc, frag, waiting
 
 
-def summarize(trace: pd.DataFrame, nodes: NodeTable, power: Power) -> dict[str, float]:
+def summarize(trace: pd.DataFrame, nodes: NodeTable, power: Cluster) -> dict[str, float]:
     """Scalar metrics of one policy's trace."""
     jct = (trace["end"] - trace["arrival"]).to_numpy()
     wait = trace["wait"].to_numpy()
@@ -106,7 +106,7 @@ def summarize(trace: pd.DataFrame, nodes: NodeTable, power: Power) -> dict[str, 
         "frag_gpu_share": float((frag * dt).sum() / (cap * win)),
         "stranded_gpu_share": float((free * waiting * dt).sum() / (cap * win)),
         "energy_j": energy,
-        "cost_usd": energy / 3.6e6 * power.price_per_kwh,
+        "cost_usd": power.joules_to_dollars(energy),
     }
 
 

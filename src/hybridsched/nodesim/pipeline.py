@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.alibaba import NodeTable, PodTable, chronological_split, read_node_list, read_pod_trace
+from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError, WorkloadError
 from hybridsched.io import write_frame
-from hybridsched.nodesim.cluster import CPU_MODEL, NodeCluster, Power, fits_some_node, run_inputs
+from hybridsched.nodesim.cluster import CPU_MODEL, NodeCluster, fits_some_node, run_inputs
 from hybridsched.nodesim.speeds import speed_table
 
 NODE_KINDS = ("alibaba",)
@@ -88,7 +89,7 @@ def build_cluster(nodes: NodeTable, nodesim: dict, cluster: dict) -> NodeCluster
     and the power numbers of the ``cluster`` config."""
     models = sorted({str(m) for m in nodes.model if m != CPU_MODEL})
     speeds = speed_table(nodesim["gavel_path"], models, str(nodesim.get("reference_model", "G2")))
-    return NodeCluster.build(nodes, speeds, Power.from_cluster_config(cluster))
+    return NodeCluster.build(nodes, speeds, Cluster.from_dict(cluster))
 
 
 def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies: dict) -> dict[str, pd.DataFrame]:
@@ -104,7 +105,7 @@ def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies
     return out
 
 
-def compare(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Power,
+def compare(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Cluster,
             bound: dict[str, float]) -> pd.DataFrame:
     """One row per policy; raises if a trace breaks a capacity rule (independent audit)."""
     from hybridsched.nodesim.metrics import check_trace, summarize
