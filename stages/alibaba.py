@@ -18,7 +18,7 @@ from hybridsched.cluster import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.io import atomic_dir, write_frame, write_json
 from hybridsched.nodesim import pipeline as P
-from stages.common import as_dict, multirun_dir, track
+from stages.common import as_dict, multirun_dir, track, write_importance_report
 
 
 def is_alibaba(cfg: DictConfig) -> bool:
@@ -54,19 +54,14 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
 def train_rf(cfg: DictConfig) -> dict:
     """The pod duration RandomForest: models/rf, metrics/train_rf.json, importance csv + png."""
     from hybridsched.learn.pod_runtime import save_pod_runtime, train_pod_runtime
-    from hybridsched.plots import save_importance_png
 
     rf_cfg = as_dict(cfg.rf)
     train = P.read_split(cfg.paths.workload_dir, "train")
     model, metrics = train_pod_runtime(train, rf_cfg)
     save_pod_runtime(model, rf_cfg["model_dir"], {"workload": cfg.workload.name, "metrics": metrics})
-    out = Path(cfg.paths.metrics_dir)
-    write_json(out / "train_rf.json", metrics)
-    imp = pd.DataFrame({"feature": list(metrics["importance"]), "importance": list(metrics["importance"].values())})
-    write_frame(out / "plots" / "rf_importance.csv", imp)
-    png = save_importance_png(metrics["importance"], out / "plots" / "rf_importance.png",
-                              title="pod duration RandomForest: permutation importance")
-    track("train_rf", cfg, metrics, [out / "train_rf.json", png])
+    files = write_importance_report(Path(cfg.paths.metrics_dir), metrics,
+                                    "pod duration RandomForest: permutation importance")
+    track("train_rf", cfg, metrics, files)
     return metrics
 
 

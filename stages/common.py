@@ -82,3 +82,14 @@ def track(stage: str, cfg: DictConfig, metrics: dict, artifacts=(), model=None) 
 
     log_run(stage, as_dict(cfg), metrics, artifacts, model,
             experiment=cfg.tracking.experiment, enabled=bool(cfg.tracking.enabled))
+
+
+def write_importance_report(out: Path, metrics: dict, title: str) -> list[Path]:
+    """metrics/train_rf.json, and the feature importances as a DVC plot csv and a PNG."""
+    from hybridsched.io import write_frame
+    from hybridsched.plots import save_importance_png
+
+    imp = metrics["importance"]
+    write_json(out / "train_rf.json", metrics)
+    write_frame(out / "plots" / "rf_importance.csv", pd.DataFrame({"feature": list(imp), "importance": list(imp.values())}))
+    return [out / "train_rf.json", save_importance_png(imp, out / "plots" / "rf_importance.png", title=title)]

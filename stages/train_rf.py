@@ -5,17 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import hydra
-import pandas as pd
 from omegaconf import DictConfig
 
 from hybridsched.cluster import cluster_from_config
-from hybridsched.io import write_frame, write_json
 from hybridsched.learn.runtime_model import save_model, train_runtime_model
-from hybridsched.plots import save_importance_png
 from hybridsched.sim import task_matrix
 from hybridsched.workload import read_tasks
 from stages import alibaba
-from stages.common import as_dict, run_stage, track
+from stages.common import as_dict, run_stage, track, write_importance_report
 
 
 def train_rf(cfg: DictConfig) -> dict:
@@ -28,15 +25,10 @@ def train_rf(cfg: DictConfig) -> dict:
     tasks = read_tasks(Path(cfg.paths.workload_dir) / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
     model, metrics = train_runtime_model(task_matrix(tasks, cluster), cluster, rf_cfg)
     save_model(model, rf_cfg["model_dir"], {"workload": cfg.workload.name, "metrics": metrics})
-    out = Path(cfg.paths.metrics_dir)
-    write_json(out / "train_rf.json", metrics)
-    imp = pd.DataFrame({"feature": list(metrics["importance"]), "importance": list(metrics["importance"].values())})
-    write_frame(out / "plots" / "rf_importance.csv", imp)
-    png = save_importance_png(metrics["importance"], out / "plots" / "rf_importance.png",
-                              title=f"{metrics['model']} run-time model: permutation importance")
+    files = write_importance_report(Path(cfg.paths.metrics_dir), metrics,
+                                    f"{metrics['model']} run-time model: permutation importance")
     flavor = "xgboost" if metrics["model"] == "xgboost" else "sklearn"
-    track("train_rf", cfg, metrics, [out / "train_rf.json", png, Path(rf_cfg["model_dir"]) / "meta.json"],
-          model=(flavor, model.estimator))
+    track("train_rf", cfg, metrics, [*files, Path(rf_cfg["model_dir"]) / "meta.json"], model=(flavor, model.estimator))
     return metrics
 
 

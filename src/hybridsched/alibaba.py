@@ -54,8 +54,35 @@ DROP_REASONS = ("never_scheduled", "missing_creation_time", "missing_deletion_ti
                 "zero_duration")
 
 
+class _Columns:
+    """Shared by the columnar tables below: ``COLUMNS`` in order, ``KINDS`` their non-float dtypes."""
+
+    COLUMNS: tuple[str, ...] = ()
+    KINDS: dict[str, type] = {}
+    LABEL = "table"
+
+    def __len__(self) -> int:
+        return len(getattr(self, self.COLUMNS[0]))
+
+    def subset(self, rows: np.ndarray):
+        """The rows at ``rows`` (kept in the given order)."""
+        rows = np.asarray(rows)
+        return type(self)(**{c: getattr(self, c)[rows] for c in self.COLUMNS})
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({c: getattr(self, c) for c in self.COLUMNS})
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame, source: str = "<frame>"):
+        """Back from :meth:`to_frame` (e.g. a parquet split written by the generate stage)."""
+        missing = [c for c in cls.COLUMNS if c not in df.columns]
+        if missing:
+            raise WorkloadError(f"{source}: not a {cls.LABEL}, missing column(s) {', '.join(missing)}")
+        return cls(**{c: df[c].to_numpy(dtype=cls.KINDS.get(c, np.float64)) for c in cls.COLUMNS})
+
+
 @dataclass
-class PodTable:
+class PodTable(_Columns):
     """Pods as parallel arrays sorted by arrival (s); ``task_id`` = row of the pod in its file."""
 
     task_id: np.ndarray  # int64
@@ -72,31 +99,14 @@ class PodTable:
 
     COLUMNS = ("task_id", "name", "arrival", "duration", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
                "qos", "gpu_spec", "trace_wait")
-
-    def __len__(self) -> int:
-        return len(self.task_id)
+    KINDS = {"task_id": np.int64, "num_gpu": np.int64, "name": object, "qos": object, "gpu_spec": object}
+    LABEL = "pod table"
 
     @property
     def gpu_demand(self) -> np.ndarray:
         """GPUs' worth of capacity each pod holds while it runs (num_gpu * gpu_milli / 1000)."""
         return self.num_gpu * self.gpu_milli / MILLI
 
-    def subset(self, rows: np.ndarray) -> PodTable:
-        """The pods at ``rows`` (kept in the given order)."""
-        rows = np.asarray(rows)
-        return PodTable(**{c: getattr(self, c)[rows] for c in self.COLUMNS})
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({c: getattr(self, c) for c in self.COLUMNS})
-
-    @classmethod
-    def from_frame(cls, df: pd.DataFrame, source: str = "<frame>") -> PodTable:
-        """Back from :meth:`to_frame` (e.g. a parquet split written by the generate stage)."""
-        missing = [c for c in cls.COLUMNS if c not in df.columns]
-        if missing:
-            raise WorkloadError(f"{source}: not a pod table, missing column(s) {', '.join(missing)}")
-        kinds = {"task_id": np.int64, "num_gpu": np.int64, "name": object, "qos": object, "gpu_spec": object}
-        return cls(**{c: df[c].to_numpy(dtype=kinds.get(c, np.float64)) for c in cls.COLUMNS})
 
 
 @dataclass
@@ -314,7 +324,7 @@ def _sha256(p: Path) -> str:
 
 
 @dataclass
-class NodeTable:
+class NodeTable(_Columns):
     """Nodes as parallel arrays; ``model`` is "" for a node without GPUs."""
 
     name: np.ndarray  # object (str)
@@ -324,24 +334,9 @@ class NodeTable:
     model: np.ndarray  # object (str)
 
     COLUMNS = ("name", "cpu_milli", "memory_mib", "n_gpu", "model")
+    KINDS = {"name": object, "model": object, "n_gpu": np.int64}
+    LABEL = "node table"
 
-    def __len__(self) -> int:
-        return len(self.name)
-
-    def subset(self, rows: np.ndarray) -> NodeTable:
-        rows = np.asarray(rows)
-        return NodeTable(**{c: getattr(self, c)[rows] for c in self.COLUMNS})
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({c: getattr(self, c) for c in self.COLUMNS})
-
-    @classmethod
-    def from_frame(cls, df: pd.DataFrame, source: str = "<frame>") -> NodeTable:
-        missing = [c for c in cls.COLUMNS if c not in df.columns]
-        if missing:
-            raise WorkloadError(f"{source}: not a node table, missing column(s) {', '.join(missing)}")
-        kinds = {"name": object, "model": object, "n_gpu": np.int64}
-        return cls(**{c: df[c].to_numpy(dtype=kinds.get(c, np.float64)) for c in cls.COLUMNS})
 
     def summary(self) -> dict[str, Any]:
         """Nodes and GPUs per model, and totals."""
