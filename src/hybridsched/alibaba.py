@@ -148,12 +148,8 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
     if max_tasks is not None and max_tasks < 1:
         raise WorkloadError(f"workload.max_tasks must be >= 1 or null, got {max_tasks}")
     p = Path(path)
-    raw = _read_csv(p)
+    raw = _read_csv(p, POD_RESOURCE_COLUMNS, "pod list")
     src = str(p)
-    missing = [c for c in POD_RESOURCE_COLUMNS if c not in raw.columns]
-    if missing:
-        raise WorkloadError(f"{src}: missing column(s) {', '.join(missing)} (a pod list needs "
-                            f"{', '.join(POD_RESOURCE_COLUMNS)})")
     times_present = [c for c in POD_TIME_COLUMNS if c in raw.columns]
     if times_present and len(times_present) < len(POD_TIME_COLUMNS):
         absent = [c for c in POD_TIME_COLUMNS if c not in raw.columns]
@@ -264,7 +260,8 @@ def chronological_split(pods: PodTable, test_fraction: float) -> tuple[PodTable,
     return train, test
 
 
-def _read_csv(p: Path) -> pd.DataFrame:
+def _read_csv(p: Path, required: tuple[str, ...], what: str) -> pd.DataFrame:
+    """The CSV as text columns; WorkloadError if unreadable or a ``required`` column is missing."""
     if not p.exists():
         raise WorkloadError(f"{p}: file not found")
     try:
@@ -273,6 +270,9 @@ def _read_csv(p: Path) -> pd.DataFrame:
     except Exception as e:  # parser errors differ; keep the message to one line
         raise WorkloadError(f"{p}: cannot read as csv: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise WorkloadError(f"{p}: missing column(s) {', '.join(missing)} (a {what} needs {', '.join(required)})")
     return df
 
 
@@ -350,12 +350,8 @@ def read_node_list(path: str | Path, sample: dict | None = None) -> NodeTable:
     """The node list CSV as a :class:`NodeTable`; with ``sample`` (keys of :func:`sample_nodes`),
     a seeded sample of it."""
     p = Path(path)
-    raw = _read_csv(p)
+    raw = _read_csv(p, NODE_COLUMNS, "node list")
     src = str(p)
-    missing = [c for c in NODE_COLUMNS if c not in raw.columns]
-    if missing:
-        raise WorkloadError(f"{src}: missing column(s) {', '.join(missing)} "
-                            f"(a node list needs {', '.join(NODE_COLUMNS)})")
     names = raw["sn"].to_numpy(dtype=object)
     cpu = _numeric(raw, "cpu_milli", src, names, required=True)
     mem = _numeric(raw, "memory_mib", src, names, required=True)
