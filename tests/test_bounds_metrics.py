@@ -68,6 +68,7 @@ def test_checker_catches_overlap_memory_lost_tasks_and_broken_dependencies(clust
     assert "cpu runs two parts at once" in check_trace(bad, cluster)
     assert "GPU memory over capacity" in check_trace(tr.assign(gpu_mem_mb=cluster.gpu_mem_mb + 1), cluster)
     assert "a task appears more than once" in check_trace(pd.concat([tr, tr.iloc[:1]]), cluster)
+    assert check_trace(tr.drop(columns="gpu_end"), cluster) == ["not a trace: missing column(s) gpu_end"]
     child = next(iter(parents))
     early = tr.copy()
     early.loc[early["task_id"] == child, "ready"] = 0.0

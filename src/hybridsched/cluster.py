@@ -19,7 +19,7 @@ multiplied by a lognormal factor with mean 1 per task and device kind.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -62,9 +62,6 @@ class Cluster:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
-    def with_overrides(self, **kw: Any) -> Cluster:
-        """A copy with some constants replaced (e.g. fitted by the profile stage)."""
-        return replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

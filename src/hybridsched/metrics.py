@@ -55,6 +55,9 @@ def summarize(trace: pd.DataFrame, cluster: Cluster) -> dict[str, float]:
 
 def check_trace(trace: pd.DataFrame, cluster: Cluster, parents: dict[int, list[int]] | None = None) -> list[str]:
     """Problems found in a trace by reading it alone (empty list = all invariants hold)."""
+    missing = [c for c in TRACE_COLUMNS if c not in trace.columns]
+    if missing:
+        return [f"not a trace: missing column(s) {', '.join(missing)}"]
     problems: list[str] = []
     if trace["task_id"].duplicated().any():
         problems.append("a task appears more than once")

@@ -47,10 +47,6 @@ class NodeCluster:
         return len(self.nodes)
 
     @property
-    def max_gpus(self) -> int:
-        return self.gpu_cap.shape[1]
-
-    @property
     def total_gpus(self) -> int:
         return int(self.nodes.n_gpu.sum())
 

@@ -76,13 +76,6 @@ class SpeedTable:
         ref = self.models.index(self.reference)
         return np.exp(np.mean(np.log(self.speed / self.speed[:, [ref]]), axis=0))
 
-    def as_rows(self) -> list[dict[str, float | str]]:
-        """One row per job type: its speed on each model relative to the reference model."""
-        ref = self.models.index(self.reference)
-        rel = self.speed / self.speed[:, [ref]]
-        return [{"job_type": jt, **{m: float(rel[k, j]) for j, m in enumerate(self.models)}}
-                for k, jt in enumerate(self.job_types)]
-
 
 def read_gavel_throughputs(path: str | Path) -> dict[str, dict[str, float]]:
     """``{gavel type: {job type: steps/s alone}}`` for the scale-factor-1 job types measured on

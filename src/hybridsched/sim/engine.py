@@ -90,11 +90,6 @@ def task_matrix(tasks: TaskTable, cluster: Cluster) -> np.ndarray:
     return X
 
 
-@njit(cache=True)
-def _no_observe(idx: np.ndarray, n: int) -> None:  # pragma: no cover - trivial
-    return None
-
-
 # Not cached on disk: numba's cache index pickles the dispatcher type of `decide`, which
 # breaks when another process compiled it for a policy this process has not imported.
 @njit
