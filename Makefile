@@ -16,12 +16,14 @@ SHELL := /bin/bash
 # pip's find-links on this machine points at index dirs; its "is ignored" warnings are noise
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither" || true; }
 
-.PHONY: repro test test-fast bench params browser clean-venv
+.PHONY: repro test test-fast bench params browser system-deps clean-venv
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 $(PIPFILTER)
 	$(PIP) -c constraints.txt -e '.[dev]' $(PIPFILTER)
 	$(PIP) --no-deps hydra-optuna-sweeper==1.3.0 $(PIPFILTER)
+	# its cloudpickle<3 pin would downgrade what joblib needs (STACK.md)
+	$(PIP) --no-deps hydra-ray-launcher==1.2.2 $(PIPFILTER)
 	$(PY) -c "import torch, hybridsched, dvc, hydra, numba"
 	touch $@
 
@@ -30,11 +32,18 @@ PLOTS_TEMPLATE := .dvc/offline_plots.html
 $(PLOTS_TEMPLATE): src/hybridsched/report_template.py | $(STAMP)
 	$(PY) -m hybridsched.report_template $@
 
-# Headless Chromium for the offline-report test (Debian package; skipped if it cannot be had)
-browser:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
-	  echo "note: chromium could not be installed; the offline plots test will be skipped"
+# Debian packages the tests use: headless Chromium (browser tests), PostgreSQL and Redis
+# (real-server tests; each test starts and stops its own server). Skipped, with a note, where
+# they cannot be installed; the tests that need them then skip.
+SYSTEM_PKGS := chromium postgresql redis-server
+system-deps:
+	@missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	  command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	  [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null 2>&1; } || \
+	  echo "note: could not install$$missing; the tests that need them will be skipped"
+browser: system-deps
 
 repro: $(STAMP) $(PLOTS_TEMPLATE)
 	dvc repro

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import measure, report
-from hybridsched.cluster import Cluster
-from hybridsched.policies.dqn import DQNPolicy
-from hybridsched.policies.eft import EarliestFinishTime
-from hybridsched.sim import simulate, task_matrix
-from hybridsched.workload import WorkloadSpec, generate
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.policies.dqn import DQNPolicy
+from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
+from hybridsched.kinds.machine.sim import simulate, task_matrix
+from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
 TARGET_DECISIONS_PER_S = 50_000
 
@@ -33,8 +33,8 @@ def _model_dir(path: Path, cluster: Cluster, tmp: Path) -> tuple[Path, str]:
         return path, str(path)
     import torch
 
-    from hybridsched.learn.dqn import DQNSettings, QNetwork, save_network
-    from hybridsched.learn.dqn_state import StateSpec
+    from hybridsched.rl.dqn import DQNSettings, QNetwork, save_network
+    from hybridsched.kinds.machine.dqn_state import StateSpec
 
     warm = generate(WorkloadSpec(rate=6.0), 1000, np.random.default_rng(2))
     spec = StateSpec.fit(task_matrix(warm, cluster), cluster)
@@ -81,8 +81,8 @@ def main() -> None:
 
 def _forward_only(model_dir: Path, cluster: Cluster, n: int) -> dict:
     """The compiled dueling forward pass alone, on ``n`` states."""
-    from hybridsched.learn.dqn import load_model
-    from hybridsched.learn.dqn_state import q_values_batch
+    from hybridsched.rl.dqn import load_model
+    from hybridsched.kinds.machine.dqn_state import q_values_batch
 
     m = load_model(model_dir)
     params = m.spec.pack(m.weights(), m.hidden)

@@ -18,11 +18,11 @@ import numpy as np
 import yaml
 
 from benchmarks.common import measure, report
-from hybridsched.cluster import Cluster
-from hybridsched.learn.runtime_model import load_model, train_runtime_model
-from hybridsched.policies.hybrid_ml import HybridML
-from hybridsched.sim import simulate, task_matrix
-from hybridsched.workload import WorkloadSpec, generate
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.runtime_model import load_model, train_runtime_model
+from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
+from hybridsched.kinds.machine.sim import simulate, task_matrix
+from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
 TARGET_TASKS_PER_S = 100_000
 RF_CONF = Path("conf/rf/default.yaml")

@@ -12,11 +12,11 @@ import argparse
 import numpy as np
 
 from benchmarks.common import measure, report
-from hybridsched.cluster import Cluster
-from hybridsched.policies.classic import Greedy, Random, RoundRobin
-from hybridsched.policies.eft import EarliestFinishTime, Oracle
-from hybridsched.sim import simulate
-from hybridsched.workload import WorkloadSpec, generate
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin
+from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
+from hybridsched.kinds.machine.sim import simulate
+from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
 TARGET_TASKS_PER_S = 200_000
 TARGET_PEAK_MB = 1536

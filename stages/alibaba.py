@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig
 
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.io import atomic_dir, write_frame, write_json
-from hybridsched.nodesim import pipeline as P
+from hybridsched.kinds.cluster import workload as P
 from stages.common import as_dict, multirun_dir, track, write_importance_report
 
 
@@ -39,8 +39,8 @@ def generate(cfg: DictConfig) -> dict[str, int]:
 def validate(cfg: DictConfig) -> dict[str, Any]:
     """The pod-table expectation suite on both splits (see nodesim/validation.py)."""
     from hybridsched.errors import DataValidationError
-    from hybridsched.nodesim.validation import validate_pod_files
-    from hybridsched.validation import failure_summary
+    from hybridsched.kinds.cluster.validation import validate_pod_files
+    from hybridsched.kinds.machine.validation import failure_summary
 
     wd = Path(cfg.paths.workload_dir)
     report = validate_pod_files({s: wd / f"{s}.parquet" for s in P.SPLITS}, P.read_nodes(wd))
@@ -53,7 +53,7 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
 
 def train_rf(cfg: DictConfig) -> dict:
     """The pod duration RandomForest: models/rf, metrics/train_rf.json, importance csv + png."""
-    from hybridsched.learn.pod_runtime import save_pod_runtime, train_pod_runtime
+    from hybridsched.kinds.cluster.runtime_model import save_pod_runtime, train_pod_runtime
 
     rf_cfg = as_dict(cfg.rf)
     train = P.read_split(cfg.paths.workload_dir, "train")
@@ -67,7 +67,7 @@ def train_rf(cfg: DictConfig) -> dict:
 
 def train_dqn(cfg: DictConfig) -> dict:
     """The node DQN: models/dqn, metrics/train_dqn.json, metrics/plots/train_dqn.csv."""
-    from hybridsched.learn.node_dqn import save_node_dqn, train_node_dqn
+    from hybridsched.kinds.cluster.dqn_train import save_node_dqn, train_node_dqn
 
     wd = cfg.paths.workload_dir
     cluster = P.build_cluster(P.read_nodes(wd), as_dict(cfg.nodesim), as_dict(cfg.cluster))
@@ -99,8 +99,8 @@ def build_node_policies(cfg: DictConfig) -> dict:
 
 def simulate(cfg: DictConfig) -> pd.DataFrame:
     """Traces of every node policy on the test split, and the lower bound; returns the table."""
-    from hybridsched.nodesim.bounds import lower_bound
-    from hybridsched.nodesim.cluster import run_inputs
+    from hybridsched.kinds.cluster.bounds import lower_bound
+    from hybridsched.kinds.cluster.nodes import run_inputs
 
     if multirun_dir() is not None:  # the sweep may change the workload: import in memory
         train, test, nodes, _ = P.load_workload(as_dict(cfg.workload))

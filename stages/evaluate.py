@@ -9,10 +9,10 @@ import hydra
 import pandas as pd
 from omegaconf import DictConfig
 
-from hybridsched.cluster import cluster_from_config
+from hybridsched.kinds.machine.devices import cluster_from_config
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import compare, utilisation_table, write_report
-from hybridsched.workload import read_tasks
+from hybridsched.kinds.machine.workload import read_tasks
 from stages import alibaba
 from stages.common import as_dict, run_stage, track
 

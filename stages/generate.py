@@ -7,9 +7,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.io import write_frame, write_json
-from hybridsched.workload import generate_splits
+from hybridsched.kinds.machine.workload import generate_splits
 from stages import alibaba
 from stages.common import as_dict, run_stage
 

@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig
 
 from hybridsched.io import write_json
-from hybridsched.profiling import ProfileSettings, fit_from_profile, plot_profile, profile_matmul
+from hybridsched.kinds.machine.profiling import ProfileSettings, fit_from_profile, plot_profile, profile_matmul
 from stages.common import as_dict, run_stage
 
 

@@ -10,13 +10,13 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hybridsched.bounds import lower_bound
-from hybridsched.cluster import cluster_from_config
+from hybridsched.kinds.machine.bounds import lower_bound
+from hybridsched.kinds.machine.devices import cluster_from_config
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import compare
 from hybridsched.io import atomic_dir, write_frame, write_json
-from hybridsched.sim import simulate
-from hybridsched.workload import TaskTable, generate_splits, read_tasks
+from hybridsched.kinds.machine.sim import simulate
+from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
 from stages import alibaba
 from stages.common import as_dict, multirun_dir, run_stage, track
 

@@ -8,9 +8,9 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from hybridsched.cluster import cluster_from_config
+from hybridsched.kinds.machine.devices import cluster_from_config
 from hybridsched.io import atomic_dir, write_frame, write_json
-from hybridsched.workload import read_tasks
+from hybridsched.kinds.machine.workload import read_tasks
 from stages import alibaba
 from stages.common import as_dict, run_stage, track
 
@@ -22,7 +22,7 @@ def train_dqn(cfg: DictConfig) -> dict:
         return alibaba.train_dqn(cfg)
     import pandas as pd
 
-    from hybridsched.learn.dqn import DQNSettings, save_model, train  # torch
+    from hybridsched.rl.dqn import DQNSettings, save_model, train  # torch
 
     settings = DQNSettings.from_dict(as_dict(cfg.dqn))
     cluster = cluster_from_config(as_dict(cfg.cluster))

@@ -7,10 +7,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from hybridsched.cluster import cluster_from_config
-from hybridsched.learn.runtime_model import save_model, train_runtime_model
-from hybridsched.sim import task_matrix
-from hybridsched.workload import read_tasks
+from hybridsched.kinds.machine.devices import cluster_from_config
+from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model
+from hybridsched.kinds.machine.sim import task_matrix
+from hybridsched.kinds.machine.workload import read_tasks
 from stages import alibaba
 from stages.common import as_dict, run_stage, track, write_importance_report
 

@@ -1,4 +1,4 @@
-"""DVC stage: Optuna search of a learned policy's hyper-parameters (see hybridsched.tuning).
+"""DVC stage: Optuna search of a learned policy's hyper-parameters (see hybridsched.kinds.machine.tuning).
 
 Under Hydra multirun (e.g. `hparams_search=hybrid_ml_optuna`, Hydra's Optuna sweeper) each
 job instead evaluates the one configuration it was given and returns the objective.
@@ -12,10 +12,10 @@ import hydra
 import yaml
 from omegaconf import DictConfig
 
-from hybridsched.cluster import cluster_from_config
+from hybridsched.kinds.machine.devices import cluster_from_config
 from hybridsched.io import write_json, write_text
-from hybridsched.tuning import TuneSettings, evaluate_config, run_study, split_validation
-from hybridsched.workload import read_tasks
+from hybridsched.kinds.machine.tuning import TuneSettings, evaluate_config, run_study, split_validation
+from hybridsched.kinds.machine.workload import read_tasks
 from stages import alibaba
 from stages.common import as_dict, multirun_dir, run_stage, track
 
@@ -55,7 +55,7 @@ def _plots(settings: TuneSettings, name: str, out: Path) -> list[Path]:
     from optuna.visualization import matplotlib as ovm
 
     from hybridsched.plots import save_axes
-    from hybridsched.tuning import _storage
+    from hybridsched.kinds.machine.tuning import _storage
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 

@@ -8,10 +8,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import DataValidationError
 from hybridsched.io import write_json
-from hybridsched.validation import failure_summary, validate_files
+from hybridsched.kinds.machine.validation import failure_summary, validate_files
 from stages import alibaba
 from stages.common import as_dict, run_stage
 

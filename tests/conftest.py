@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from hybridsched.cluster import Cluster
-from hybridsched.workload import TaskTable, WorkloadSpec, generate
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybridsched.cluster import Cluster
-from hybridsched.policies.classic import Greedy, Random, RoundRobin
-from hybridsched.policies.eft import EarliestFinishTime, Oracle
-from hybridsched.sim import simulate
-from hybridsched.workload import TaskTable
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin
+from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
+from hybridsched.kinds.machine.sim import simulate
+from hybridsched.kinds.machine.workload import TaskTable
 
 
 def classic_policies():

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridsched.alibaba import (
+from hybridsched.kinds.cluster.trace import (
     NodeTable,
     PodTable,
     chronological_split,
@@ -19,14 +19,14 @@ from hybridsched.alibaba import (
     read_pod_trace,
     sample_nodes,
 )
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError, WorkloadError
-from hybridsched.nodesim import policies as P
-from hybridsched.nodesim.bounds import lower_bound
-from hybridsched.nodesim.cluster import NodeCluster, fits_some_node, run_inputs
-from hybridsched.nodesim.engine import simulate
-from hybridsched.nodesim.metrics import check_trace, summarize
-from hybridsched.nodesim.speeds import MODEL_TO_GAVEL, job_type_of, read_gavel_throughputs, speed_table
+from hybridsched.kinds.cluster import policies as P
+from hybridsched.kinds.cluster.bounds import lower_bound
+from hybridsched.kinds.cluster.nodes import NodeCluster, fits_some_node, run_inputs
+from hybridsched.kinds.cluster.engine import simulate
+from hybridsched.kinds.cluster.metrics import check_trace, summarize
+from hybridsched.kinds.cluster.speeds import MODEL_TO_GAVEL, job_type_of, read_gavel_throughputs, speed_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
@@ -312,10 +312,10 @@ def test_packing_leaves_less_fragmentation_than_spreading_on_sharing_tasks():
 @pytest.mark.slow
 def test_pipeline_functions_on_a_slice_of_the_real_trace(tmp_path):
     """Import, train the RF and a 1-episode DQN, run every node policy, audit and compare."""
-    from hybridsched.learn.node_dqn import load_node_dqn, save_node_dqn, train_node_dqn
-    from hybridsched.nodesim import pipeline
-    from hybridsched.nodesim.dqn import NodeDQN
-    from hybridsched.nodesim.hybrid_ml import HybridML
+    from hybridsched.kinds.cluster.dqn_train import load_node_dqn, save_node_dqn, train_node_dqn
+    from hybridsched.kinds.cluster import workload as pipeline
+    from hybridsched.kinds.cluster.dqn import NodeDQN
+    from hybridsched.kinds.cluster.hybrid_ml import HybridML
 
     workload = {"kind": "alibaba", "name": "slice", "path": str(ALIBABA / "openb_pod_list_default.csv"),
                 "time_compression": 3.0, "max_tasks": 1200, "test_fraction": 0.5,

@@ -4,11 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.bounds import best_alone_seconds, lower_bound
-from hybridsched.cluster import Cluster
-from hybridsched.metrics import check_trace, summarize
-from hybridsched.policies.eft import Oracle
-from hybridsched.workload import from_frame
+from hybridsched.kinds.machine.bounds import best_alone_seconds, lower_bound
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.metrics import check_trace, summarize
+from hybridsched.kinds.machine.policies.eft import Oracle
+from hybridsched.kinds.machine.workload import from_frame
 from tests.conftest import small_workload
 from tests.sim_helpers import run
 

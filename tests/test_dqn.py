@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hybridsched.cluster import Cluster  # noqa: E402
+from hybridsched.kinds.machine.devices import Cluster  # noqa: E402
 from hybridsched.errors import HybridschedError, ModelFileError  # noqa: E402
-from hybridsched.learn.dqn import (  # noqa: E402
+from hybridsched.rl.dqn import (  # noqa: E402
     DQNLearner,
     DQNSettings,
     QNetwork,
@@ -25,13 +25,13 @@ from hybridsched.learn.dqn import (  # noqa: E402
     save_network,
     train,
 )
-from hybridsched.learn.dqn_state import StateSpec, features_into, q_values_batch  # noqa: E402
-from hybridsched.learn.outcomes import OutcomeClock  # noqa: E402
-from hybridsched.learn.replay import ReplayBuffer  # noqa: E402
-from hybridsched.policies.base import Policy  # noqa: E402
-from hybridsched.policies.classic import RoundRobin  # noqa: E402
-from hybridsched.policies.dqn import DQNPolicy  # noqa: E402
-from hybridsched.sim import task_matrix  # noqa: E402
+from hybridsched.kinds.machine.dqn_state import StateSpec, features_into, q_values_batch  # noqa: E402
+from hybridsched.kinds.machine.outcomes import OutcomeClock  # noqa: E402
+from hybridsched.rl.replay import ReplayBuffer  # noqa: E402
+from hybridsched.kinds.machine.policies.base import Policy  # noqa: E402
+from hybridsched.kinds.machine.policies.classic import RoundRobin  # noqa: E402
+from hybridsched.kinds.machine.policies.dqn import DQNPolicy  # noqa: E402
+from hybridsched.kinds.machine.sim import task_matrix  # noqa: E402
 from tests.conftest import small_workload  # noqa: E402
 from tests.sim_helpers import run  # noqa: E402
 

@@ -6,10 +6,10 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridsched.bounds import lower_bound
-from hybridsched.cluster import Cluster
-from hybridsched.metrics import check_trace
-from hybridsched.policies.eft import EarliestFinishTime, Oracle
+from hybridsched.kinds.machine.bounds import lower_bound
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.metrics import check_trace
+from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
 from tests.conftest import small_workload
 from tests.sim_helpers import classic_policies, parents_of, run
 

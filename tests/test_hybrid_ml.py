@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.learn.features import FEATURE_NAMES, task_features
-from hybridsched.learn.online import ResidualModel, SlidingWindow
-from hybridsched.learn.runtime_model import (
+from hybridsched.kinds.machine.features import FEATURE_NAMES, task_features
+from hybridsched.kinds.machine.online import ResidualModel, SlidingWindow
+from hybridsched.kinds.machine.runtime_model import (
     META_FILE,
     MODEL_FILES,
     fit_model,
@@ -21,8 +21,8 @@ from hybridsched.learn.runtime_model import (
     save_model,
     train_runtime_model,
 )
-from hybridsched.policies.hybrid_ml import HybridML
-from hybridsched.sim import simulate, task_matrix
+from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
+from hybridsched.kinds.machine.sim import simulate, task_matrix
 from tests.conftest import small_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,7 +199,7 @@ def test_trained_model_beats_an_untrained_one(trained, big_cluster):
 
 
 def test_hybrid_ml_beats_greedy_and_round_robin(trained, big_cluster):
-    from hybridsched.policies.classic import Greedy, RoundRobin
+    from hybridsched.kinds.machine.policies.classic import Greedy, RoundRobin
 
     tasks = small_workload(1500, seed=6, rate=6.0)
     ml = _mean_latency(tasks, big_cluster, HybridML(model=trained[0]))

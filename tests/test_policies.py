@@ -4,12 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.cluster import Cluster
-from hybridsched.policies.base import Policy, fraction_grid
-from hybridsched.policies.classic import Greedy, Random, RoundRobin, _greedy, least_loaded_gpu
-from hybridsched.policies.eft import EarliestFinishTime, Oracle, best_split
-from hybridsched.sim.engine import task_matrix
-from hybridsched.workload import from_frame
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
+from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin, _greedy, least_loaded_gpu
+from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle, best_split
+from hybridsched.kinds.machine.engine import task_matrix
+from hybridsched.kinds.machine.workload import from_frame
 from tests.conftest import small_workload
 from tests.sim_helpers import classic_policies, run
 

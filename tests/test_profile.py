@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from hybridsched import profiling
-from hybridsched.cluster import cluster_from_config
+from hybridsched.kinds.machine import profiling
+from hybridsched.kinds.machine.devices import cluster_from_config
 from hybridsched.errors import HybridschedError
-from hybridsched.profiling import (
+from hybridsched.kinds.machine.profiling import (
     ProfileSettings,
     fit_device_constants,
     fit_from_profile,

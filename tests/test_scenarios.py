@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hybridsched.workload import TaskTable, from_frame, generate_splits
+from hybridsched.kinds.machine.workload import TaskTable, from_frame, generate_splits
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 SCENARIOS = ["default", "gpu_heavy", "cpu_friendly", "shifted", "bursty", "dag"]

@@ -8,9 +8,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError
-from hybridsched.tuning import TuneSettings, run_study
+from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 from stages.common import apply_tuned
 from tests.conftest import small_workload
 from tests.test_config_and_stages import ROOT

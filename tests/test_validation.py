@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.validation import DEPS_CHECK_COLUMN, deps_not_earlier, failure_summary, validate_files, validate_frame
-from hybridsched.workload import generate_splits
+from hybridsched.kinds.machine.validation import DEPS_CHECK_COLUMN, deps_not_earlier, failure_summary, validate_files, validate_frame
+from hybridsched.kinds.machine.workload import generate_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MEMORY_MB = 64000.0

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from hybridsched.errors import WorkloadError
-from hybridsched.workload import from_frame, read_tasks
+from hybridsched.kinds.machine.workload import from_frame, read_tasks
 from tests.conftest import small_workload
 
 

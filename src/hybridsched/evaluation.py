@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybridsched.cluster import Cluster
+from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError
-from hybridsched.metrics import check_trace, summarize
+from hybridsched.kinds.machine.metrics import check_trace, summarize
 
 BASELINE = "round_robin"
 

@@ -1,0 +1,119 @@
+"""Training, saving and loading the node-cluster DQN (policy: ``nodesim/dqn.py``).
+
+Reuses the project's DQN machinery (``learn/dqn.py``): ``DQNSettings``, the dueling
+``QNetwork``, ``DQNLearner`` (replay buffer, target network, Huber TD steps) and the linear
+epsilon schedule.  One episode = one simulated run over the training split; ``time_scale`` is
+the median cost per decision of a calibration run that always takes action 0 (fastest model;
+the median, because a few months-long services would set the mean).
+torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridsched.kinds.cluster.trace import PodTable
+from hybridsched.errors import ModelFileError
+from hybridsched.io import atomic_dir, read_model_meta
+from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, run_inputs
+from hybridsched.kinds.cluster.dqn import ACTIONS, NodeDQN, n_state
+
+FORMAT = "hybridsched-node-dqn/1"
+MODEL_FILE = "model.pt"
+META_FILE = "meta.json"
+
+
+def train_node_dqn(train: PodTable, cluster: NodeCluster, settings: dict) -> tuple[NodeDQN, dict, list[dict]]:
+    """Train on the training split; returns the trained policy (greedy), metrics and the
+    per-episode curve (episode, mean_reward, loss, epsilon, mean_latency, ...)."""
+    import torch
+
+    from hybridsched.rl.dqn import DQNLearner, DQNSettings, linear_schedule
+    from hybridsched.kinds.cluster.engine import simulate
+
+    torch.set_num_threads(1)
+    s = DQNSettings.from_dict(settings)
+    t_start = time.perf_counter()
+    inp = run_inputs(train, cluster)
+    gpu_models = [m for m in cluster.models if m != CPU_MODEL]
+
+    calib = NodeDQN(model_dir=None, seed=s.seed)
+    calib.fit(train)
+    calib.forced_action = 0
+    tr = simulate(inp, cluster, calib)
+    time_scale = float(np.median(calib.costs)) if calib.costs and np.median(calib.costs) > 0 else 1.0
+    base_jct = float(np.mean(tr.end - inp.arrival))
+
+    learner = DQNLearner(n_state(len(gpu_models)), len(ACTIONS), s, time_scale, 1.0, np.random.default_rng(s.seed))
+    decay = s.exploration_fraction * s.episodes * len(train)
+    policy = NodeDQN(model_dir=None, seed=s.seed)
+    policy.learner = learner
+    policy.time_scale = time_scale
+    policy.epsilon_fn = lambda step: linear_schedule(s.start_e, s.end_e, decay, step)
+    policy.fit(train)
+    history = []
+    for ep in range(1, s.episodes + 1):
+        n_loss = len(learner.losses)
+        eps = policy.epsilon_fn(learner.global_step)
+        policy.seed = s.seed + ep  # fresh exploration draws per episode
+        tr = simulate(inp, cluster, policy)
+        losses = learner.losses[n_loss:]
+        history.append({"episode": ep, "mean_reward": float(np.mean(policy.rewards)) if policy.rewards else 0.0,
+                        "loss": float(np.mean(losses)) if losses else float("nan"), "epsilon": float(eps),
+                        "mean_latency": float(np.mean(tr.end - inp.arrival)),
+                        "makespan": float(np.max(tr.end) - inp.arrival[0]),
+                        "actions": {a: int(c) for a, c in zip(ACTIONS, policy.action_counts, strict=True)},
+                        "wall_s": time.perf_counter() - t_start})
+    trained = NodeDQN(model_dir=None, seed=s.seed)
+    trained.weights = learner.weights()
+    trained.gpu_models = tuple(gpu_models)
+    trained.fit(train)
+    greedy = simulate(inp, cluster, trained)
+    metrics = {
+        "policy": "node dqn (rule selection)", "actions": list(ACTIONS), "n_state": n_state(len(gpu_models)),
+        "n_train": len(train), "episodes": s.episodes, "grad_steps": learner.grad_steps,
+        "time_scale": time_scale, "wall_s": round(time.perf_counter() - t_start, 2),
+        "train_mean_jct_fastest_rule": base_jct,
+        "train_mean_jct_greedy_dqn": float(np.mean(greedy.end - inp.arrival)),
+        "greedy_action_share": {a: float(c / max(trained.n_decisions, 1))
+                                for a, c in zip(ACTIONS, trained.action_counts, strict=True)},
+        "final_mean_reward": history[-1]["mean_reward"], "final_loss": history[-1]["loss"],
+        "final_train_mean_latency": history[-1]["mean_latency"],
+    }
+    return trained, metrics, history
+
+
+def save_node_dqn(model_dir: str | Path, policy: NodeDQN, settings: dict, extra_meta: dict | None = None) -> Path:
+    """``model.pt`` (the Q-network's tensors) and ``meta.json``, atomically."""
+    import torch
+
+    meta = {"format": FORMAT, "actions": list(ACTIONS), "gpu_models": list(policy.gpu_models),
+            "n_state": n_state(len(policy.gpu_models)), "settings": settings, **(extra_meta or {})}
+    with atomic_dir(model_dir) as tmp:
+        torch.save([torch.from_numpy(np.ascontiguousarray(w)) for w in policy.weights], tmp / MODEL_FILE)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return Path(model_dir)
+
+
+def load_node_dqn(model_dir: str | Path) -> dict[str, Any]:
+    """``{"weights": [numpy arrays], "gpu_models": [...], "meta": {...}}``; ModelFileError if
+    missing, corrupt or not a node DQN."""
+    import torch
+
+    d = Path(model_dir)
+    meta = read_model_meta(d / META_FILE, "the train_dqn stage on the alibaba workload")
+    if meta.get("format") != FORMAT or meta.get("actions") != list(ACTIONS):
+        raise ModelFileError(f"{d / META_FILE}: not a node DQN of actions {list(ACTIONS)} (format "
+                             f"{meta.get('format')!r}; retrain with the train_dqn stage)")
+    try:
+        weights = [w.numpy() for w in torch.load(d / MODEL_FILE, map_location="cpu", weights_only=True)]
+    except Exception as e:  # torch raises many types for a damaged file
+        raise ModelFileError(f"{d / MODEL_FILE}: unreadable ({type(e).__name__}: {e})") from None
+    if len(weights) != 8 or weights[0].shape[1] != meta.get("n_state"):
+        raise ModelFileError(f"{d / MODEL_FILE}: tensors do not match n_state {meta.get('n_state')} in {META_FILE}")
+    return {"weights": weights, "gpu_models": meta["gpu_models"], "meta": meta}

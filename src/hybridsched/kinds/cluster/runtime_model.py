@@ -1,0 +1,128 @@
+"""Duration predictor for pods of the Alibaba GPU trace (used by the node policy ``hybrid_ml``).
+
+A RandomForest (or XGBoost: ``make_estimator`` of ``runtime_model.py``) predicts the log of
+a pod's duration on the reference GPU from what a scheduler sees when the pod is submitted:
+its CPU, memory, GPU count and per-GPU share, QoS class and whether it names GPU models.
+Logs because durations span six decades (4 s .. 145 days).  Scored on a held-out part of the
+training split by R² of the log-duration and by Spearman rank correlation (the queue order is
+what the policy uses the estimate for).
+
+Saved like ``runtime_model``: skops with an explicit trusted-type list (no pickle) plus
+``meta.json`` with the feature names, checked on load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridsched.kinds.cluster.trace import PodTable
+from hybridsched.errors import HybridschedError, ModelFileError
+from hybridsched.io import atomic_dir, read_model_meta
+from hybridsched.kinds.machine.runtime_model import SKOPS_TRUSTED, make_estimator, r2_score
+
+QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
+FEATURE_NAMES: tuple[str, ...] = ("log_cpu_milli", "log1p_memory_mib", "num_gpu", "gpu_share", "gpu_spec_set",
+                                  *(f"qos_{q}" for q in QOS_CLASSES))
+META_FILE = "meta.json"
+MODEL_FILE = "model.skops"
+FORMAT = "hybridsched-pod-runtime/1"
+
+
+def pod_features(pods: PodTable) -> np.ndarray:
+    """``(n, len(FEATURE_NAMES))`` features known at submission time."""
+    qos = [(pods.qos == q).astype(np.float64) for q in QOS_CLASSES]
+    return np.column_stack([np.log(np.maximum(pods.cpu_milli, 1.0)), np.log1p(pods.memory_mib), pods.num_gpu,
+                            pods.gpu_milli / 1000.0, (pods.gpu_spec != "").astype(np.float64), *qos])
+
+
+@dataclass
+class PodRuntimeModel:
+    """A fitted regressor of log duration; :meth:`predict_seconds` for a pod table."""
+
+    estimator: Any
+    kind: str = "random_forest"
+    config: dict = field(default_factory=dict)
+
+    def predict_seconds(self, pods: PodTable) -> np.ndarray:
+        if len(pods) == 0:
+            return np.zeros(0)
+        return np.exp(np.asarray(self.estimator.predict(pod_features(pods)), dtype=np.float64))
+
+
+def train_pod_runtime(train: PodTable, cfg: dict) -> tuple[PodRuntimeModel, dict]:
+    """Fit on a random ``1 - test_fraction`` of the training split, score on the rest (``cfg`` is
+    the ``rf`` config: ``model``, ``seed``, ``test_fraction`` and per-kind hyper-parameters)."""
+    from scipy.stats import spearmanr
+
+    kind = str(cfg.get("model", "random_forest"))
+    if kind != "random_forest":
+        raise HybridschedError(f"rf.model: the pod duration model supports random_forest only, got {kind!r}")
+    seed = int(cfg.get("seed", 0))
+    test_fraction = float(cfg.get("test_fraction", 0.2))
+    F, y = pod_features(train), np.log(train.duration)
+    order = np.random.default_rng(seed).permutation(len(train))
+    n_test = max(1, int(round(test_fraction * len(train))))
+    te, tr = order[:n_test], order[n_test:]
+    est = make_estimator(kind, cfg.get(kind) or {}, seed)
+    est.fit(F[tr], y[tr])
+    pred = est.predict(F[te])
+    model = PodRuntimeModel(est, kind, dict(cfg))
+    metrics = {
+        "model": kind, "target": "log duration (s)", "n_train": int(len(tr)), "n_test": int(len(te)),
+        "r2": float(r2_score(y[te, None], pred[:, None])[0]),
+        "spearman": float(spearmanr(y[te], pred).statistic),
+        "mae_log": float(np.mean(np.abs(y[te] - pred))),
+        "mae_s": {"duration": float(np.mean(np.abs(np.exp(y[te]) - np.exp(pred))))},
+        "importance": permutation_importance(est, F[te], y[te], np.random.default_rng(seed),
+                                             int(cfg.get("importance_repeats", 3))),
+    }
+    return model, metrics
+
+
+def permutation_importance(est: Any, F: np.ndarray, y: np.ndarray, rng: np.random.Generator,
+                           repeats: int = 3) -> dict[str, float]:
+    """Mean drop in held-out R² (log duration) when one feature's column is shuffled, largest first."""
+    base = r2_score(y[:, None], est.predict(F)[:, None])[0]
+    out = {}
+    for j, name in enumerate(FEATURE_NAMES):
+        drops = []
+        for _ in range(repeats):
+            G = F.copy()
+            G[:, j] = rng.permutation(G[:, j])
+            drops.append(base - r2_score(y[:, None], est.predict(G)[:, None])[0])
+        out[name] = float(np.mean(drops))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def save_pod_runtime(model: PodRuntimeModel, model_dir: str | Path, extra_meta: dict | None = None) -> Path:
+    """``model.skops`` + ``meta.json`` into ``model_dir``, atomically."""
+    import skops.io as sio
+
+    meta = {"format": FORMAT, "kind": model.kind, "features": list(FEATURE_NAMES), "config": model.config,
+            **(extra_meta or {})}
+    with atomic_dir(model_dir) as tmp:
+        sio.dump(model.estimator, tmp / MODEL_FILE)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return Path(model_dir)
+
+
+def load_pod_runtime(model_dir: str | Path) -> PodRuntimeModel:
+    """Load what :func:`save_pod_runtime` wrote; ModelFileError names the file and problem."""
+    import skops.io as sio
+
+    d = Path(model_dir)
+    meta = read_model_meta(d / META_FILE, "the train_rf stage on the alibaba workload")
+    if meta.get("format") != FORMAT or tuple(meta.get("features", ())) != FEATURE_NAMES:
+        raise ModelFileError(f"{d / META_FILE}: not a pod duration model with features {list(FEATURE_NAMES)} "
+                             f"(format {meta.get('format')!r}; retrain with the train_rf stage)")
+    try:
+        est = sio.load(d / MODEL_FILE, trusted=SKOPS_TRUSTED)
+    except Exception as e:  # zip errors, untrusted types
+        raise ModelFileError(f"{d / MODEL_FILE}: unreadable or untrusted skops model "
+                             f"({type(e).__name__}: {e})") from None
+    return PodRuntimeModel(est, meta["kind"], meta.get("config") or {})

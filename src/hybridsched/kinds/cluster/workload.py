@@ -1,0 +1,133 @@
+"""The pipeline's work on a node-cluster workload (``workload.kind: alibaba``), as plain functions.
+
+The stages (``stages/alibaba.py``) turn the config into calls of these; every function takes
+plain dicts and paths and knows nothing of Hydra or DVC.
+
+Files (under ``paths.workload_dir``): ``train.parquet`` / ``test.parquet`` (pod tables, the
+chronological split) and ``nodes.parquet`` (the sampled node list); the import report goes to
+``metrics/import_report.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.kinds.cluster.trace import NodeTable, PodTable, chronological_split, read_node_list, read_pod_trace
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.errors import HybridschedError, WorkloadError
+from hybridsched.io import write_frame
+from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, fits_some_node, run_inputs
+from hybridsched.kinds.cluster.speeds import speed_table
+
+NODE_KINDS = ("alibaba",)
+SPLITS = ("train", "test")
+
+
+def is_node_workload(workload: dict) -> bool:
+    """True for a workload that runs on the node cluster (the synthetic ones have no ``kind``)."""
+    kind = workload.get("kind", "synthetic")
+    if kind not in ("synthetic", *NODE_KINDS):
+        raise WorkloadError(f"workload.kind: unknown kind {kind!r}; known: synthetic, {', '.join(NODE_KINDS)}")
+    return kind in NODE_KINDS
+
+
+def load_workload(workload: dict) -> tuple[PodTable, PodTable, NodeTable, dict[str, Any]]:
+    """Import the pod trace and node list, drop pods no sampled node can ever hold (counted),
+    split chronologically: ``(train, test, nodes, report)``, nothing written."""
+    pods, report = read_pod_trace(workload["path"], float(workload.get("time_compression", 1.0)),
+                                  workload.get("max_tasks"), workload.get("untimed_duration_s"))
+    node_cfg = workload.get("nodes") or {}
+    if "path" not in node_cfg:
+        raise WorkloadError("workload.nodes.path: missing (the node list CSV of the trace)")
+    nodes = read_node_list(node_cfg["path"], node_cfg.get("sample"))
+    ok = fits_some_node(pods, nodes)
+    kept = pods.subset(np.flatnonzero(ok))
+    if len(kept) < 2:
+        raise WorkloadError(f"{workload['path']}: only {len(kept)} pod(s) fit the sampled nodes")
+    test_fraction = float(workload.get("test_fraction", 0.5))
+    train, test = chronological_split(kept, test_fraction)
+    rep = report.to_dict()
+    rep["dropped"]["fits_no_sampled_node"] = int((~ok).sum())
+    rep["rows_kept"] = len(kept)
+    rep = {"kind": "alibaba", "workload": workload.get("name"), **rep,
+           "split": {"train": len(train), "test": len(test), "test_fraction": test_fraction,
+                     "train_span_s": float(train.arrival.max()), "test_span_s": float(test.arrival.max())},
+           "nodes": {"path": str(node_cfg["path"]), "sample": node_cfg.get("sample"), **nodes.summary()}}
+    return train, test, nodes, rep
+
+
+def import_workload(workload: dict, out_dir: str | Path) -> dict[str, Any]:
+    """:func:`load_workload`, then write ``train``/``test``/``nodes.parquet``; returns the report."""
+    train, test, nodes, report = load_workload(workload)
+    out = Path(out_dir)
+    write_frame(out / "train.parquet", train.to_frame())
+    write_frame(out / "test.parquet", test.to_frame())
+    write_frame(out / "nodes.parquet", nodes.to_frame())
+    return report
+
+
+def read_split(workload_dir: str | Path, split: str) -> PodTable:
+    p = Path(workload_dir) / f"{split}.parquet"
+    if not p.exists():
+        raise WorkloadError(f"{p}: not found (run the generate stage)")
+    return PodTable.from_frame(pd.read_parquet(p), source=str(p))
+
+
+def read_nodes(workload_dir: str | Path) -> NodeTable:
+    p = Path(workload_dir) / "nodes.parquet"
+    if not p.exists():
+        raise WorkloadError(f"{p}: not found (run the generate stage on a node workload)")
+    return NodeTable.from_frame(pd.read_parquet(p), source=str(p))
+
+
+def build_cluster(nodes: NodeTable, nodesim: dict, cluster: dict) -> NodeCluster:
+    """The node cluster with Gavel speeds (``nodesim.gavel_path``, ``nodesim.reference_model``)
+    and the power numbers of the ``cluster`` config."""
+    models = sorted({str(m) for m in nodes.model if m != CPU_MODEL})
+    speeds = speed_table(nodesim["gavel_path"], models, str(nodesim.get("reference_model", "G2")))
+    return NodeCluster.build(nodes, speeds, Cluster.from_dict(cluster))
+
+
+def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies: dict) -> dict[str, pd.DataFrame]:
+    """Fit every policy on the training split, run it on the test split; name -> trace frame."""
+    from hybridsched.kinds.cluster.engine import simulate
+
+    inp = run_inputs(test, cluster)
+    out = {}
+    for name, policy in policies.items():
+        policy.name = name
+        policy.fit(train)
+        out[name] = simulate(inp, cluster, policy).to_frame(cluster)
+    return out
+
+
+def compare(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Cluster,
+            bound: dict[str, float]) -> pd.DataFrame:
+    """One row per policy; raises if a trace breaks a capacity rule (independent audit)."""
+    from hybridsched.kinds.cluster.metrics import check_trace, summarize
+
+    rows = []
+    for name, tr in traces.items():
+        problems = check_trace(tr, nodes, test)
+        if problems:
+            raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
+        rows.append({"policy": name, **summarize(tr, nodes, power)})
+    df = pd.DataFrame(rows).set_index("policy")
+    df["makespan_vs_bound"] = df["makespan"] / bound["makespan"]
+    df["mean_latency_vs_bound"] = df["mean_latency"] / bound["mean_latency"]
+    return df
+
+
+def utilisation_long(traces: dict[str, pd.DataFrame], nodes: NodeTable) -> pd.DataFrame:
+    """Long table: one row per (policy, GPU model) with that model's GPU utilisation."""
+    from hybridsched.kinds.cluster.metrics import utilisation_by_model
+
+    rows = [{"policy": p, "device": m, "utilisation": u}
+            for p, tr in traces.items() for m, u in utilisation_by_model(tr, nodes).items()]
+    df = pd.DataFrame(rows)
+    df["policy_device"] = df["policy"] + "/" + df["device"]
+    return df

@@ -1,0 +1,1 @@
+"""The machine kind: one CPU and several GPUs, tasks split between them."""

@@ -1,0 +1,261 @@
+"""The DQN's state and action spaces, its compiled forward pass and its simulator kernel
+(numpy + numba, no torch).
+
+Everything the simulator kernel needs travels in one flat float64 vector, ``params``:
+a header (sizes, scales, epsilon), the action table, then the network weights in
+``QNetwork.state_dict()`` order.  The same vector serves training (the learner repacks
+it after its gradient steps) and inference, so both run the one kernel in
+``dqn_decide``, the kernel of ``policies/dqn.py``.  (All compiled functions live in this one
+file on purpose: numba's on-disk cache of a function is invalidated only by edits to
+its own file, so a kernel cached elsewhere would keep a stale copy of these.)
+
+State of the decision for task ``i`` at time ``t`` (``n_state = 6 + n_devices + 2 * n_actions``):
+
+* task: standardised logs of size, memory, nominal CPU time ``C`` and nominal GPU time ``G``
+  (shift/scale fitted on the training workload), compute intensity, memory-feasible max fraction;
+* load: ``log1p(backlog_d / time_scale)`` per device, ``backlog_d = est_free[d] - t``;
+* per action ``(gpu, f)``: ``log1p(finish / time_scale)`` with ``finish`` the nominal time from
+  now until both parts would end given the believed backlogs, and ``log1p(energy / energy_scale)``
+  with ``energy`` the nominal busy energy of that placement.
+
+``time_scale`` and ``energy_scale`` are the training workload's mean nominal time and busy
+energy of each task's fastest placement on an idle cluster (see ``StateSpec.fit``); the
+reward uses the same two scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numba import njit
+
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.engine import CPU_S, GPU_S, INTENSITY, MAX_F, MEMORY, SIZE
+
+# Header slots of ``params``.
+EPSILON, RECORD, N_STATE, HIDDEN, N_ACT, LAUNCH, TIME_SCALE, ENERGY_SCALE, CPU_W, GPU_W = range(10)
+SHIFT = 10  # 4 slots: log size, log memory, log C, log G
+SCALE = 14  # 4 slots
+HEADER = 18
+N_TASK_FEATURES = 6
+
+DEFAULT_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+
+# Columns of the kernel's ``pdata``: per task a pre-drawn uniform and random action (for
+# epsilon), and, when recording, the decision: action, time, order, clamped fraction and
+# state.  Row ``n`` (one past the last task) holds the decision counter in column 0, and
+# column ORDER of row k the task decided k-th.
+U, RAND_A, ACTION, TIME, SEQ, ORDER, FRAC, FEAT = range(8)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """Sizes and normalising constants of the state, and the discrete action table."""
+
+    n_gpus: int
+    fractions: tuple[float, ...]
+    time_scale: float
+    energy_scale: float
+    shift: tuple[float, float, float, float]
+    scale: tuple[float, float, float, float]
+    launch_s: float
+    cpu_busy_w: float
+    gpu_busy_w: float
+
+    @classmethod
+    def fit(cls, X: np.ndarray, cluster: Cluster, fractions: tuple[float, ...] = DEFAULT_FRACTIONS) -> StateSpec:
+        """Constants from a training task matrix (``sim.engine.task_matrix``)."""
+        logs = np.log(np.column_stack([X[:, SIZE], X[:, MEMORY], X[:, CPU_S], X[:, GPU_S]]))
+        fast_s, fast_j = _fastest_placement(X, cluster, fractions)
+        return cls(
+            n_gpus=cluster.n_gpus,
+            fractions=tuple(float(f) for f in fractions),
+            time_scale=float(fast_s.mean()),
+            energy_scale=float(fast_j.mean()),
+            shift=tuple(float(v) for v in logs.mean(axis=0)),
+            scale=tuple(float(v) for v in np.maximum(logs.std(axis=0), 1e-6)),
+            launch_s=cluster.launch_s,
+            cpu_busy_w=cluster.cpu_busy_w,
+            gpu_busy_w=cluster.gpu_busy_w,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> StateSpec:
+        return cls(**{**d, "fractions": tuple(d["fractions"]), "shift": tuple(d["shift"]), "scale": tuple(d["scale"])})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def for_cluster(self, cluster: Cluster) -> StateSpec:
+        """Same normalisation, the current cluster's launch overhead and power draw."""
+        return StateSpec(self.n_gpus, self.fractions, self.time_scale, self.energy_scale, self.shift, self.scale,
+                         cluster.launch_s, cluster.cpu_busy_w, cluster.gpu_busy_w)
+
+    @property
+    def n_actions(self) -> int:
+        return 1 + self.n_gpus * len(self.fractions)
+
+    @property
+    def n_state(self) -> int:
+        return N_TASK_FEATURES + (self.n_gpus + 1) + 2 * self.n_actions
+
+    def action_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gpu, fraction) per action: action 0 is CPU only, then each GPU at each fraction."""
+        gpu = np.zeros(self.n_actions, dtype=np.int64)
+        frac = np.zeros(self.n_actions)
+        k = 1
+        for g in range(self.n_gpus):
+            for f in self.fractions:
+                gpu[k], frac[k] = g, f
+                k += 1
+        return gpu, frac
+
+    def header(self, hidden: int, epsilon: float = 0.0, record: bool = False) -> np.ndarray:
+        """The ``params`` prefix: header slots, then the action table (gpu, then fraction)."""
+        h = np.zeros(HEADER)
+        h[EPSILON], h[RECORD] = epsilon, float(record)
+        h[N_STATE], h[HIDDEN], h[N_ACT] = self.n_state, hidden, self.n_actions
+        h[LAUNCH], h[TIME_SCALE], h[ENERGY_SCALE] = self.launch_s, self.time_scale, self.energy_scale
+        h[CPU_W], h[GPU_W] = self.cpu_busy_w, self.gpu_busy_w
+        h[SHIFT:SHIFT + 4] = self.shift
+        h[SCALE:SCALE + 4] = self.scale
+        gpu, frac = self.action_table()
+        return np.concatenate([h, gpu.astype(np.float64), frac])
+
+    def pack(self, weights: list[np.ndarray], hidden: int, epsilon: float = 0.0, record: bool = False) -> np.ndarray:
+        """Header + action table + the flattened weights (``QNetwork.state_dict()`` order)."""
+        flat = [np.asarray(w, dtype=np.float64).ravel() for w in weights]
+        return np.concatenate([self.header(hidden, epsilon, record), *flat])
+
+
+def _fastest_placement(X: np.ndarray, cluster: Cluster, fractions: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Nominal time and busy energy of each task's fastest action on an idle cluster."""
+    C, G, m = X[:, CPU_S], X[:, GPU_S], X[:, MAX_F]
+    best_s, best_j = C.copy(), C * cluster.cpu_busy_w
+    for f in fractions:
+        f = np.minimum(f, m)
+        cpu = np.where(f < 1, (1 - f) * C, 0.0)
+        gpu = np.where(f > 0, cluster.launch_s + f * G, 0.0)
+        s, j = np.maximum(cpu, gpu), cpu * cluster.cpu_busy_w + gpu * cluster.gpu_busy_w
+        better = s < best_s
+        best_s, best_j = np.where(better, s, best_s), np.where(better, j, best_j)
+    return best_s, best_j
+
+
+@njit(cache=True)
+def features_into(out, i, t, est, X, params):
+    """Write the state of the decision for task ``i`` at time ``t`` into ``out``."""
+    A = int(params[N_ACT])
+    n_dev = est.shape[0]
+    C, G, mf = X[i, CPU_S], X[i, GPU_S], X[i, MAX_F]
+    out[0] = (np.log(X[i, SIZE]) - params[SHIFT]) / params[SCALE]
+    out[1] = X[i, INTENSITY]
+    out[2] = (np.log(X[i, MEMORY]) - params[SHIFT + 1]) / params[SCALE + 1]
+    out[3] = (np.log(C) - params[SHIFT + 2]) / params[SCALE + 2]
+    out[4] = (np.log(G) - params[SHIFT + 3]) / params[SCALE + 3]
+    out[5] = mf
+    ts, es, launch = params[TIME_SCALE], params[ENERGY_SCALE], params[LAUNCH]
+    for d in range(n_dev):
+        out[N_TASK_FEATURES + d] = np.log1p(max(est[d] - t, 0.0) / ts)
+    k = N_TASK_FEATURES + n_dev
+    cpu_back = max(est[0] - t, 0.0)
+    for a in range(A):
+        g = int(params[HEADER + a])
+        f = min(params[HEADER + A + a], mf)
+        fin = 0.0
+        e = 0.0
+        if f < 1.0:
+            fin = cpu_back + (1.0 - f) * C
+            e += (1.0 - f) * C * params[CPU_W]
+        if f > 0.0:
+            fin = max(fin, max(est[g + 1] - t, 0.0) + launch + f * G)
+            e += (launch + f * G) * params[GPU_W]
+        out[k + a] = np.log1p(fin / ts)
+        out[k + A + a] = np.log1p(e / es)
+
+
+@njit(cache=True)
+def _dense_relu(params, w, b, x, out):
+    """out = relu(W x + b), with W (row-major, len(out) x len(x)) and b packed in params at w, b."""
+    n_in = x.shape[0]
+    for r in range(out.shape[0]):
+        acc = params[b + r]
+        base = w + r * n_in
+        for c in range(n_in):
+            acc += params[base + c] * x[c]
+        out[r] = acc if acc > 0.0 else 0.0
+
+
+@njit(cache=True)
+def q_values_into(q, s, params):
+    """Dueling forward pass of the packed weights: Q = V + A - mean(A), written into ``q``."""
+    S = int(params[N_STATE])
+    H = int(params[HIDDEN])
+    A = int(params[N_ACT])
+    o = HEADER + 2 * A
+    w1, o = o, o + H * S
+    b1, o = o, o + H
+    w2, o = o, o + H * H
+    b2, o = o, o + H
+    wv, o = o, o + H
+    bv, o = o, o + 1
+    wa, o = o, o + A * H
+    ba = o
+    h1 = np.empty(H)
+    _dense_relu(params, w1, b1, s, h1)
+    h2 = np.empty(H)
+    _dense_relu(params, w2, b2, h1, h2)
+    v = params[bv]
+    for c in range(H):
+        v += params[wv + c] * h2[c]
+    mean = 0.0
+    for a in range(A):
+        acc = params[ba + a]
+        base = wa + a * H
+        for c in range(H):
+            acc += params[base + c] * h2[c]
+        q[a] = acc
+        mean += acc
+    mean /= A
+    for a in range(A):
+        q[a] = v + q[a] - mean
+
+
+@njit(cache=True)
+def q_values_batch(S, params):
+    """Q-values of each row of the state matrix ``S`` (for tests and diagnostics)."""
+    A = int(params[N_ACT])
+    out = np.empty((S.shape[0], A))
+    for r in range(S.shape[0]):
+        q_values_into(out[r], S[r], params)
+    return out
+
+
+@njit(cache=True)
+def dqn_decide(i, t, est, true_free, X, pdata, params):
+    """Engine kernel: epsilon-greedy on the packed Q-network; records the decision if asked."""
+    S = int(params[N_STATE])
+    A = int(params[N_ACT])
+    s = np.empty(S)
+    features_into(s, i, t, est, X, params)
+    if pdata[i, U] < params[EPSILON]:
+        a = int(pdata[i, RAND_A])
+    else:
+        q = np.empty(A)
+        q_values_into(q, s, params)
+        a = int(np.argmax(q))
+    g = int(params[HEADER + a])
+    f = params[HEADER + A + a]
+    if params[RECORD] > 0.0:
+        n = pdata.shape[0] - 1
+        k = int(pdata[n, 0])
+        pdata[n, 0] = k + 1
+        pdata[i, ACTION] = a
+        pdata[i, TIME] = t
+        pdata[i, SEQ] = k
+        pdata[k, ORDER] = i
+        pdata[i, FRAC] = min(max(f, 0.0), X[i, MAX_F])  # as the engine clamps it
+        for c in range(S):
+            pdata[i, FEAT + c] = s[c]
+    return g, f

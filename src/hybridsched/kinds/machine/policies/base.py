@@ -1,0 +1,62 @@
+"""The policy interface. The engine calls ``prepare``, ``kernel_data``, ``decide`` (or the
+compiled ``kernel``) and ``observe``; it never looks at a policy's name or type.
+
+A placement is ``(gpu, fraction)``: GPU index ``0..n_gpus-1`` and the share of the task
+that runs there (the rest runs on the CPU at the same time; 0 = CPU only).
+
+Two ways to write ``decide``:
+
+* ``kernel``: a ``numba.njit`` function ``(i, t, est_free, true_free, X, pdata, params)
+  -> (gpu, fraction)``, where ``X`` is the task matrix (``sim.engine`` column constants),
+  ``est_free[d]`` the time the scheduler believes device ``d`` (0 = CPU) is free and
+  ``pdata``/``params`` whatever ``kernel_data`` returns.  ``true_free`` is the truth and
+  is for clairvoyant policies only.  Fast; also run as plain Python in tests.
+* ``decide(i, t, est_free)``: a Python method, for policies that need Python objects.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.kinds.machine.workload import TaskTable
+
+_EMPTY2 = np.zeros((0, 0))
+_EMPTY1 = np.zeros(0)
+
+
+class Policy:
+    """Base class with no-op defaults; subclasses set ``name`` and one way to decide."""
+
+    name: str = "policy"
+    kernel: ClassVar[object | None] = None
+    clairvoyant: ClassVar[bool] = False  # True: receives the run's Realization via reveal()
+    observe_every: int = 0  # >0: observe() is called with batches of this many completions
+
+    def prepare(self, tasks: TaskTable, cluster: Cluster, X: np.ndarray) -> None:
+        """Batched work before the run (e.g. predict all run times at once)."""
+        self.n_gpus = cluster.n_gpus
+
+    def reveal(self, realization: Realization) -> None:
+        """Only called for clairvoyant policies: the true run-time factors."""
+
+    def kernel_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """(pdata, params) passed to ``kernel``; read again after every ``observe``."""
+        return _EMPTY2, _EMPTY1
+
+    def decide(self, i: int, t: float, est_free: np.ndarray) -> tuple[int, float]:
+        raise NotImplementedError(f"{type(self).__name__} has neither a kernel nor decide()")
+
+    def observe(self, rows: np.ndarray, fraction: np.ndarray, cpu_s: np.ndarray, gpu_s: np.ndarray) -> None:
+        """Finished tasks (rows) with their fraction and the actual durations of their parts
+        (NaN where a part did not run), in completion order."""
+
+
+def fraction_grid(step: float) -> np.ndarray:
+    """0, step, 2*step, ..., 1."""
+    if not 0 < step <= 1:
+        raise ValueError(f"fraction step must be in (0, 1], got {step}")
+    k = int(round(1 / step))
+    return np.linspace(0.0, 1.0, k + 1)

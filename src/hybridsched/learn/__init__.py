@@ -1,1 +1,0 @@
-"""Learning: features, run-time predictors, the DQN agent and its replay buffer."""

@@ -1,1 +1,0 @@
-"""Simulation of pods on a multi-node GPU cluster (the Alibaba GPU trace's shape)."""

@@ -1,1 +1,0 @@
-"""Scheduling policies; each is a small class behind ``policies.base.Policy``."""

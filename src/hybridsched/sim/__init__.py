@@ -1,5 +1,0 @@
-"""Discrete-event simulation of task placement."""
-
-from hybridsched.sim.engine import Trace, simulate, task_matrix
-
-__all__ = ["Trace", "simulate", "task_matrix"]
