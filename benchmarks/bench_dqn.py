@@ -33,7 +33,7 @@ def _model_dir(path: Path, cluster: Cluster, tmp: Path) -> tuple[Path, str]:
         return path, str(path)
     import torch
 
-    from hybridsched.rl.dqn import DQNSettings, QNetwork, save_network
+    from hybridsched.kinds.machine.dqn import DQNSettings, QNetwork, save_network
     from hybridsched.kinds.machine.dqn_state import StateSpec
 
     warm = generate(WorkloadSpec(rate=6.0), 1000, np.random.default_rng(2))
@@ -81,7 +81,7 @@ def main() -> None:
 
 def _forward_only(model_dir: Path, cluster: Cluster, n: int) -> dict:
     """The compiled dueling forward pass alone, on ``n`` states."""
-    from hybridsched.rl.dqn import load_model
+    from hybridsched.kinds.machine.dqn import load_model
     from hybridsched.kinds.machine.dqn_state import q_values_batch
 
     m = load_model(model_dir)

@@ -26,7 +26,7 @@ from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
 TARGET_TASKS_PER_S = 100_000
 RF_CONF = Path("conf/rf/default.yaml")
-POLICY_CONF = Path("conf/policy/hybrid_ml.yaml")
+POLICY_CONF = Path("conf/policies/machine/hybrid_ml.yaml")
 
 
 def _models(cluster: Cluster, model_dir: str | None) -> dict:

@@ -1,9 +1,9 @@
-"""What every stage shares: config to plain dicts, and bad input as a one-line error."""
+"""What every stage script shares: config to a plain Run, the kind's stage function, and bad
+input as a one-line error."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,22 +49,27 @@ def apply_tuned(cfg: DictConfig) -> None:
         raise HybridschedError(f"{path}: does not fit the config ({str(e).splitlines()[0]})") from None
 
 
-def run_stage(fn: Callable[[DictConfig], Any], cfg: DictConfig, outputs: Sequence[str] = ()) -> Any:
-    """Call ``fn(cfg)``; bad input ends the process with ``error: ...`` and exit code 1.
+def run_stage(stage: str, cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any:
+    """Look the workload's kind up in the registry and call its ``stage`` function; bad input
+    ends the process with ``error: ...`` and exit code 1.
 
-    Under multirun, the ``paths`` entries named in ``outputs`` move into the job's folder
-    (so jobs never overwrite the DVC outputs or each other), and the stage's result
-    (a DataFrame or a dict of metrics) is saved there as ``result.json`` for the
-    sweep's comparison table (stages/multirun.py). With ``use_tuned``, the tuned values
-    are applied first.
+    Under multirun, the ``paths`` entries named in ``outputs`` move into the job's folder (so
+    jobs never overwrite the DVC outputs or each other), the kind builds its inputs in memory,
+    and the stage's result (a DataFrame or a dict of metrics) is saved there as
+    ``result.json`` for the sweep's comparison table (stages/multirun.py).  With
+    ``use_tuned``, the tuned values are applied first.
     """
+    from hybridsched.kinds import get_kind
+    from hybridsched.kinds.base import Run
+
     job = multirun_dir()
     if job is not None:
         for key in outputs:
             OmegaConf.update(cfg, f"paths.{key}", str(job / Path(cfg.paths[key]).name), merge=False)
     try:
         apply_tuned(cfg)
-        result = fn(cfg)
+        run = Run(cfg=as_dict(cfg), in_memory=job is not None, policy=cfg.get("policy"))
+        result = getattr(get_kind(run.kind), stage)(run)
     except HybridschedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -74,22 +79,3 @@ def run_stage(fn: Callable[[DictConfig], Any], cfg: DictConfig, outputs: Sequenc
         rows = result.reset_index().to_dict(orient="records") if isinstance(result, pd.DataFrame) else [result]
         write_json(job / "result.json", {"overrides": list(HydraConfig.get().overrides.task), "rows": rows})
     return result
-
-
-def track(stage: str, cfg: DictConfig, metrics: dict, artifacts=(), model=None) -> None:
-    """Log this stage run to MLflow with the whole composed config as params."""
-    from hybridsched.tracking import log_run
-
-    log_run(stage, as_dict(cfg), metrics, artifacts, model,
-            experiment=cfg.tracking.experiment, enabled=bool(cfg.tracking.enabled))
-
-
-def write_importance_report(out: Path, metrics: dict, title: str) -> list[Path]:
-    """metrics/train_rf.json, and the feature importances as a DVC plot csv and a PNG."""
-    from hybridsched.io import write_frame
-    from hybridsched.plots import save_importance_png
-
-    imp = metrics["importance"]
-    write_json(out / "train_rf.json", metrics)
-    write_frame(out / "plots" / "rf_importance.csv", pd.DataFrame({"feature": list(imp), "importance": list(imp.values())}))
-    return [out / "train_rf.json", save_importance_png(imp, out / "plots" / "rf_importance.png", title=title)]

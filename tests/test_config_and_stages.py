@@ -45,7 +45,7 @@ def _workload_dir(tmp_path: Path, mutate=None) -> Path:
 @pytest.mark.parametrize(
     "overrides, mutate, expected",
     [
-        (["sim.policies=[eft,nope]"], None, "sim.policies: unknown policy name(s) ['nope']"),
+        (["sim.policies.machine=[eft,nope]"], None, "sim.policies.machine: unknown machine policy name(s) ['nope']"),
         ([], lambda d: d.assign(size=-d["size"]), "test.parquet: column 'size': 50 value(s) not > 0"),
         ([], lambda d: d.drop(columns="intensity"), "test.parquet: missing column(s) intensity"),
     ],

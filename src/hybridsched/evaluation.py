@@ -1,4 +1,4 @@
-"""Compare policies: per-policy metrics from traces, ratios to the lower bound, plot tables."""
+"""Compare policies, for every kind: one table with the same derived columns, plot tables, reports."""
 
 from __future__ import annotations
 
@@ -8,42 +8,54 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.metrics import check_trace, summarize
-
-BASELINE = "round_robin"
 
 
-def compare(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict[str, float],
-            parents: dict[int, list[int]] | None = None) -> pd.DataFrame:
-    """One row per policy: metrics, ratio to the lower bound and speedup over round robin.
-    Raises if a trace breaks a physical invariant (the audit is independent of the engine)."""
-    rows = []
-    for name, tr in traces.items():
-        problems = check_trace(tr, cluster, parents)
-        if problems:
-            raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
-        rows.append({"policy": name, **summarize(tr, cluster)})
-    df = pd.DataFrame(rows).set_index("policy")
-    df["makespan_vs_bound"] = df["makespan"] / bound["makespan"]
-    df["mean_latency_vs_bound"] = df["mean_latency"] / bound["mean_latency"]
-    if BASELINE in df.index:
-        df["speedup_vs_round_robin"] = df.loc[BASELINE, "makespan"] / df["makespan"]
-        df["latency_speedup_vs_round_robin"] = df.loc[BASELINE, "mean_latency"] / df["mean_latency"]
-    if "oracle" in df.index:
-        df["makespan_vs_oracle"] = df["makespan"] / df.loc["oracle", "makespan"]
-        df["mean_latency_vs_oracle"] = df["mean_latency"] / df.loc["oracle", "mean_latency"]
+# the columns the evaluate stage prints (each kind's table has those its metrics allow)
+EVALUATE_COLUMNS = ("makespan", "mean_latency", "p95_latency", "energy_j", "makespan_vs_bound", "mean_latency_vs_bound")
+
+
+def compare(summaries: dict[str, dict[str, float]], bound: dict[str, float], baseline: str = "round_robin",
+            oracle: str = "oracle") -> pd.DataFrame:
+    """One row per policy (index ``policy``) for every kind: the kind's audited summary metrics,
+    then the same derived columns everywhere: ``<m>_vs_bound`` for each metric the bound
+    covers, the speed-up over ``baseline`` (makespan and mean latency) and ``<m>_vs_oracle``
+    (columns about a policy that did not run are left out)."""
+    df = pd.DataFrame.from_dict(summaries, orient="index")
+    df.index.name = "policy"
+    for m in ("makespan", "mean_latency"):
+        if m in df and bound.get(m):
+            df[f"{m}_vs_bound"] = df[m] / bound[m]
+    if baseline in df.index:
+        if "makespan" in df:
+            df[f"speedup_vs_{baseline}"] = df.loc[baseline, "makespan"] / df["makespan"]
+        df[f"latency_speedup_vs_{baseline}"] = df.loc[baseline, "mean_latency"] / df["mean_latency"]
+    if oracle in df.index:
+        for m in ("makespan", "mean_latency"):
+            if m in df:
+                df[f"{m}_vs_{oracle}"] = df[m] / df.loc[oracle, m]
     return df
 
 
+def load_traces(traces_dir: Path, order: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
+    """Every ``<policy>.parquet`` trace in the folder (in ``order``, then any others by name)
+    and the folder's ``lower_bound.json``."""
+    import json
+
+    rank = {n: k for k, n in enumerate(order)}
+    files = sorted(traces_dir.glob("*.parquet"), key=lambda p: (rank.get(p.stem, len(rank)), p.stem))
+    if not files:
+        raise HybridschedError(f"{traces_dir}: no traces (run the simulate stage first)")
+    return {p.stem: pd.read_parquet(p) for p in files}, json.loads((traces_dir / "lower_bound.json").read_text())
+
+
 def latency_quantiles(traces: dict[str, pd.DataFrame], points: int = 101) -> pd.DataFrame:
-    """Latency at evenly spaced quantiles per policy (the inverse CDF), one column each."""
+    """Latency at evenly spaced quantiles per policy (the inverse CDF) in long format: one row
+    per (policy, quantile), so the DVC plot takes its lines from the data, whatever the policies."""
     q = np.linspace(0, 1, points)
-    out = {"quantile": q}
-    for name, tr in traces.items():
-        out[name] = np.quantile((tr["end"] - tr["arrival"]).to_numpy(), q)
-    return pd.DataFrame(out)
+    frames = [pd.DataFrame({"policy": name, "quantile": q, "latency": np.quantile((tr["end"] - tr["arrival"]).to_numpy(), q)})
+              for name, tr in traces.items()]
+    return pd.concat(frames, ignore_index=True)
 
 
 def utilisation_table(table: pd.DataFrame, n_gpus: int) -> pd.DataFrame:
@@ -69,3 +81,14 @@ def write_report(out: Path, summary: dict[str, Any], table: pd.DataFrame, traces
     write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
     pngs = save_comparison_pngs(traces, table, util, out / "plots")
     return [out / "summary.json", out / "policies.csv", *pngs]
+
+
+def write_importance_report(out: Path, metrics: dict, title: str) -> list[Path]:
+    """metrics/train_rf.json, and the feature importances as a DVC plot csv and a PNG."""
+    from hybridsched.io import write_frame, write_json
+    from hybridsched.plots import save_importance_png
+
+    imp = metrics["importance"]
+    write_json(out / "train_rf.json", metrics)
+    write_frame(out / "plots" / "rf_importance.csv", pd.DataFrame({"feature": list(imp), "importance": list(imp.values())}))
+    return [out / "train_rf.json", save_importance_png(imp, out / "plots" / "rf_importance.png", title=title)]

@@ -34,6 +34,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hybridsched.kinds.cluster.trace import PodTable
+from hybridsched.rl.qnet import pack_weights, q_values
 from hybridsched.kinds.cluster.nodes import CPU_MODEL
 from hybridsched.kinds.cluster.engine import ClusterState
 from hybridsched.kinds.cluster.policies import (
@@ -103,6 +104,7 @@ class NodeDQN(NodePolicy):
         from hybridsched.kinds.cluster.runtime_model import pod_features
 
         super().prepare(inp, cluster)
+        self._packed = None  # weights are fixed from here on: packed on first use
         self.eft.prepare(inp, cluster)
         for r in self.rules:
             r.prepare(inp, cluster)
@@ -145,11 +147,9 @@ class NodeDQN(NodePolicy):
 
             with torch.no_grad():
                 return self.learner.q(torch.from_numpy(s[None]))[0].numpy()
-        w = self.weights
-        h = np.maximum(w[0] @ s + w[1], 0)
-        h = np.maximum(w[2] @ h + w[3], 0)
-        adv = w[6] @ h + w[7]
-        return (w[4] @ h + w[5]) + adv - adv.mean()
+        if self._packed is None:  # the shared compiled forward pass (rl/qnet.py)
+            self._packed = pack_weights(self.weights)
+        return q_values(s, self._packed, self.weights[0].shape[0], len(ACTIONS))
 
     def choose(self, i, nodes, state) -> int:
         s = self.state_vector(i, nodes, state)

@@ -1,8 +1,8 @@
-"""Training, saving and loading the node-cluster DQN (policy: ``nodesim/dqn.py``).
+"""Training, saving and loading the node-cluster DQN (policy: ``kinds/cluster/dqn.py``).
 
-Reuses the project's DQN machinery (``learn/dqn.py``): ``DQNSettings``, the dueling
-``QNetwork``, ``DQNLearner`` (replay buffer, target network, Huber TD steps) and the linear
-epsilon schedule.  One episode = one simulated run over the training split; ``time_scale`` is
+Reuses the shared RL core (``rl/dqn.py``): ``DQNSettings``, the dueling ``QNetwork``,
+``DQNLearner`` (replay buffer, target network, Huber TD steps) and the linear epsilon
+schedule; the reward is the environment's (``kinds/cluster/dqn.py``).  One episode = one simulated run over the training split; ``time_scale`` is
 the median cost per decision of a calibration run that always takes action 0 (fastest model;
 the median, because a few months-long services would set the mean).
 torch is imported inside the functions.
@@ -49,7 +49,7 @@ def train_node_dqn(train: PodTable, cluster: NodeCluster, settings: dict) -> tup
     time_scale = float(np.median(calib.costs)) if calib.costs and np.median(calib.costs) > 0 else 1.0
     base_jct = float(np.mean(tr.end - inp.arrival))
 
-    learner = DQNLearner(n_state(len(gpu_models)), len(ACTIONS), s, time_scale, 1.0, np.random.default_rng(s.seed))
+    learner = DQNLearner(n_state(len(gpu_models)), len(ACTIONS), s, np.random.default_rng(s.seed))
     decay = s.exploration_fraction * s.episodes * len(train)
     policy = NodeDQN(model_dir=None, seed=s.seed)
     policy.learner = learner
@@ -106,7 +106,7 @@ def load_node_dqn(model_dir: str | Path) -> dict[str, Any]:
     import torch
 
     d = Path(model_dir)
-    meta = read_model_meta(d / META_FILE, "the train_dqn stage on the alibaba workload")
+    meta = read_model_meta(d / META_FILE, "the train_dqn stage on a cluster workload")
     if meta.get("format") != FORMAT or meta.get("actions") != list(ACTIONS):
         raise ModelFileError(f"{d / META_FILE}: not a node DQN of actions {list(ACTIONS)} (format "
                              f"{meta.get('format')!r}; retrain with the train_dqn stage)")

@@ -116,7 +116,7 @@ def load_pod_runtime(model_dir: str | Path) -> PodRuntimeModel:
     import skops.io as sio
 
     d = Path(model_dir)
-    meta = read_model_meta(d / META_FILE, "the train_rf stage on the alibaba workload")
+    meta = read_model_meta(d / META_FILE, "the train_rf stage on a cluster workload")
     if meta.get("format") != FORMAT or tuple(meta.get("features", ())) != FEATURE_NAMES:
         raise ModelFileError(f"{d / META_FILE}: not a pod duration model with features {list(FEATURE_NAMES)} "
                              f"(format {meta.get('format')!r}; retrain with the train_rf stage)")

@@ -120,7 +120,7 @@ def speed_table(gavel_path: str | Path, models: list[str], reference: str = "G2"
     for m in models:
         if m not in mapping:
             raise HybridschedError(f"GPU model {m!r} has no speed mapping; known: {sorted(mapping)} "
-                                   f"(add it to nodesim.speeds.MODEL_TO_GAVEL)")
+                                   f"(add it to hybridsched.kinds.cluster.speeds.MODEL_TO_GAVEL)")
         w = mapping[m]
         bad = [g for g in w if g not in MEASURED]
         if bad or abs(sum(w.values()) - 1) > 1e-9:

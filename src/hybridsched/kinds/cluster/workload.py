@@ -1,7 +1,7 @@
-"""The pipeline's work on a node-cluster workload (``workload.kind: alibaba``), as plain functions.
+"""The cluster kind's workload: import the trace, split it, build the node cluster, run policies.
 
-The stages (``stages/alibaba.py``) turn the config into calls of these; every function takes
-plain dicts and paths and knows nothing of Hydra or DVC.
+The kind's stage functions (``stages.py``) turn the config into calls of these; every
+function takes plain dicts and paths and knows nothing of Hydra or DVC.
 
 Files (under ``paths.workload_dir``): ``train.parquet`` / ``test.parquet`` (pod tables, the
 chronological split) and ``nodes.parquet`` (the sampled node list); the import report goes to
@@ -18,21 +18,12 @@ import pandas as pd
 
 from hybridsched.kinds.cluster.trace import NodeTable, PodTable, chronological_split, read_node_list, read_pod_trace
 from hybridsched.kinds.machine.devices import Cluster
-from hybridsched.errors import HybridschedError, WorkloadError
+from hybridsched.errors import WorkloadError
 from hybridsched.io import write_frame
 from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, fits_some_node, run_inputs
 from hybridsched.kinds.cluster.speeds import speed_table
 
-NODE_KINDS = ("alibaba",)
 SPLITS = ("train", "test")
-
-
-def is_node_workload(workload: dict) -> bool:
-    """True for a workload that runs on the node cluster (the synthetic ones have no ``kind``)."""
-    kind = workload.get("kind", "synthetic")
-    if kind not in ("synthetic", *NODE_KINDS):
-        raise WorkloadError(f"workload.kind: unknown kind {kind!r}; known: synthetic, {', '.join(NODE_KINDS)}")
-    return kind in NODE_KINDS
 
 
 def load_workload(workload: dict) -> tuple[PodTable, PodTable, NodeTable, dict[str, Any]]:
@@ -53,7 +44,7 @@ def load_workload(workload: dict) -> tuple[PodTable, PodTable, NodeTable, dict[s
     rep = report.to_dict()
     rep["dropped"]["fits_no_sampled_node"] = int((~ok).sum())
     rep["rows_kept"] = len(kept)
-    rep = {"kind": "alibaba", "workload": workload.get("name"), **rep,
+    rep = {"kind": "cluster", "workload": workload.get("name"), **rep,
            "split": {"train": len(train), "test": len(test), "test_fraction": test_fraction,
                      "train_span_s": float(train.arrival.max()), "test_span_s": float(test.arrival.max())},
            "nodes": {"path": str(node_cfg["path"]), "sample": node_cfg.get("sample"), **nodes.summary()}}
@@ -84,11 +75,11 @@ def read_nodes(workload_dir: str | Path) -> NodeTable:
     return NodeTable.from_frame(pd.read_parquet(p), source=str(p))
 
 
-def build_cluster(nodes: NodeTable, nodesim: dict, cluster: dict) -> NodeCluster:
-    """The node cluster with Gavel speeds (``nodesim.gavel_path``, ``nodesim.reference_model``)
+def build_cluster(nodes: NodeTable, settings: dict, cluster: dict) -> NodeCluster:
+    """The node cluster with Gavel speeds (``nodes.gavel_path``, ``nodes.reference_model``)
     and the power numbers of the ``cluster`` config."""
     models = sorted({str(m) for m in nodes.model if m != CPU_MODEL})
-    speeds = speed_table(nodesim["gavel_path"], models, str(nodesim.get("reference_model", "G2")))
+    speeds = speed_table(settings["gavel_path"], models, str(settings.get("reference_model", "G2")))
     return NodeCluster.build(nodes, speeds, Cluster.from_dict(cluster))
 
 
@@ -103,23 +94,6 @@ def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies
         policy.fit(train)
         out[name] = simulate(inp, cluster, policy).to_frame(cluster)
     return out
-
-
-def compare(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Cluster,
-            bound: dict[str, float]) -> pd.DataFrame:
-    """One row per policy; raises if a trace breaks a capacity rule (independent audit)."""
-    from hybridsched.kinds.cluster.metrics import check_trace, summarize
-
-    rows = []
-    for name, tr in traces.items():
-        problems = check_trace(tr, nodes, test)
-        if problems:
-            raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
-        rows.append({"policy": name, **summarize(tr, nodes, power)})
-    df = pd.DataFrame(rows).set_index("policy")
-    df["makespan_vs_bound"] = df["makespan"] / bound["makespan"]
-    df["mean_latency_vs_bound"] = df["mean_latency"] / bound["mean_latency"]
-    return df
 
 
 def utilisation_long(traces: dict[str, pd.DataFrame], nodes: NodeTable) -> pd.DataFrame:

@@ -5,9 +5,8 @@ Everything the simulator kernel needs travels in one flat float64 vector, ``para
 a header (sizes, scales, epsilon), the action table, then the network weights in
 ``QNetwork.state_dict()`` order.  The same vector serves training (the learner repacks
 it after its gradient steps) and inference, so both run the one kernel in
-``dqn_decide``, the kernel of ``policies/dqn.py``.  (All compiled functions live in this one
-file on purpose: numba's on-disk cache of a function is invalidated only by edits to
-its own file, so a kernel cached elsewhere would keep a stale copy of these.)
+``dqn_decide``, the kernel of ``policies/dqn.py``; the forward pass itself is the shared
+``rl/qnet.py``.
 
 State of the decision for task ``i`` at time ``t`` (``n_state = 6 + n_devices + 2 * n_actions``):
 
@@ -29,6 +28,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numba import njit
+
+from hybridsched.rl.qnet import dueling_q_into
 
 from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, INTENSITY, MAX_F, MEMORY, SIZE
@@ -175,54 +176,16 @@ def features_into(out, i, t, est, X, params):
         out[k + A + a] = np.log1p(e / es)
 
 
-@njit(cache=True)
-def _dense_relu(params, w, b, x, out):
-    """out = relu(W x + b), with W (row-major, len(out) x len(x)) and b packed in params at w, b."""
-    n_in = x.shape[0]
-    for r in range(out.shape[0]):
-        acc = params[b + r]
-        base = w + r * n_in
-        for c in range(n_in):
-            acc += params[base + c] * x[c]
-        out[r] = acc if acc > 0.0 else 0.0
-
-
-@njit(cache=True)
+# Calls across files are not disk-cached: numba's cache of a function is invalidated only
+# by edits to its own file, so a cached kernel would keep a stale copy of rl/qnet.py.
+@njit
 def q_values_into(q, s, params):
-    """Dueling forward pass of the packed weights: Q = V + A - mean(A), written into ``q``."""
-    S = int(params[N_STATE])
-    H = int(params[HIDDEN])
+    """Dueling forward pass of the packed weights (the shared ``rl.qnet``), written into ``q``."""
     A = int(params[N_ACT])
-    o = HEADER + 2 * A
-    w1, o = o, o + H * S
-    b1, o = o, o + H
-    w2, o = o, o + H * H
-    b2, o = o, o + H
-    wv, o = o, o + H
-    bv, o = o, o + 1
-    wa, o = o, o + A * H
-    ba = o
-    h1 = np.empty(H)
-    _dense_relu(params, w1, b1, s, h1)
-    h2 = np.empty(H)
-    _dense_relu(params, w2, b2, h1, h2)
-    v = params[bv]
-    for c in range(H):
-        v += params[wv + c] * h2[c]
-    mean = 0.0
-    for a in range(A):
-        acc = params[ba + a]
-        base = wa + a * H
-        for c in range(H):
-            acc += params[base + c] * h2[c]
-        q[a] = acc
-        mean += acc
-    mean /= A
-    for a in range(A):
-        q[a] = v + q[a] - mean
+    dueling_q_into(q, s, params, HEADER + 2 * A, int(params[N_STATE]), int(params[HIDDEN]), A)
 
 
-@njit(cache=True)
+@njit
 def q_values_batch(S, params):
     """Q-values of each row of the state matrix ``S`` (for tests and diagnostics)."""
     A = int(params[N_ACT])
@@ -232,7 +195,7 @@ def q_values_batch(S, params):
     return out
 
 
-@njit(cache=True)
+@njit
 def dqn_decide(i, t, est, true_free, X, pdata, params):
     """Engine kernel: epsilon-greedy on the packed Q-network; records the decision if asked."""
     S = int(params[N_STATE])

@@ -318,3 +318,17 @@ def plot_profile(profile: dict[str, Any], path: str | Path) -> Path:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
     return target
+
+
+def report(p: dict[str, Any], fitted: dict[str, Any]) -> str:
+    """The profile and the fitted constants as the lines the stage prints."""
+    c = fitted["cluster"]
+    lines = [f"profile: torch {p['torch_version']}, {p['threads']} threads, CPU {p['devices']['cpu']}, "
+             f"GPU {p['devices']['gpu'] or 'none found'}"]
+    for r in p["sizes"]:
+        gpu = f"{r['gpu_s']:.5f} s ({r['ratio']:.1f}x)" if r["gpu_s"] else "-"
+        lines.append(f"  n={r['n']:<5} cpu {r['cpu_s']:.5f} s {r['cpu_gflops']:7.1f} GFLOP/s   gpu {gpu}")
+    measured = "measured" if c["gpu_measured"] else "NOT measured: reference_gpu_speedup from the config"
+    lines.append(f"  fitted cpu_gflops {c['cpu_gflops']:.1f}, gpu_max_speedup {c['gpu_max_speedup']:.1f} ({measured}); "
+                 f"took {p['elapsed_s']:.1f} s")
+    return "\n".join(lines)

@@ -82,7 +82,7 @@ def suggest(trial: Any, target: str, cfg: dict[str, Any]) -> dict[str, Any]:
                    "max_features": trial.suggest_float("max_features", 0.3, 1.0)}
         policy = {"retrain_every": trial.suggest_int("retrain_every", 10, 200, log=True),
                   "window": trial.suggest_int("window", 100, 3000, log=True)}
-        return {"rf": {kind: est}, "policies": {"hybrid_ml": policy}}
+        return {"rf": {kind: est}, "policies": {"machine": {"hybrid_ml": policy}}}
     return {"dqn": {"learning_rate": trial.suggest_float("learning_rate", 1e-4, 3e-3, log=True),
                     "gamma": trial.suggest_float("gamma", 0.5, 0.99),
                     "exploration_fraction": trial.suggest_float("exploration_fraction", 0.1, 0.6),
@@ -97,7 +97,7 @@ def defaults_of(target: str, cfg: dict[str, Any]) -> dict[str, Any]:
         keys = (["n_estimators", "max_depth", "learning_rate", "subsample"] if kind == "xgboost"
                 else ["n_estimators", "max_depth", "min_samples_leaf", "max_features"])
         out = {k: cfg["rf"][kind][k] for k in keys}
-        pol = cfg["policies"]["hybrid_ml"]
+        pol = cfg["policies"]["machine"]["hybrid_ml"]
         return {**out, "retrain_every": pol["retrain_every"], "window": pol["window"]}
     keys = ["learning_rate", "gamma", "exploration_fraction", "end_e", "hidden"]
     return {k: cfg["dqn"][k] for k in keys}
@@ -133,10 +133,10 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
 
         rf_cfg = {**cfg["rf"], "importance_repeats": 0}
         model, _ = train_runtime_model(task_matrix(fit, cluster), cluster, rf_cfg)
-        pol_cfg = {k: v for k, v in cfg["policies"]["hybrid_ml"].items() if k not in ("_target_", "model_dir")}
+        pol_cfg = {k: v for k, v in cfg["policies"]["machine"]["hybrid_ml"].items() if k not in ("_target_", "model_dir")}
         policy = HybridML(model=model, **pol_cfg)
     else:
-        from hybridsched.rl.dqn import DQNSettings, save_model, train
+        from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train
         from hybridsched.kinds.machine.policies.dqn import DQNPolicy
 
         settings = DQNSettings.from_dict({**cfg["dqn"], "episodes": dqn_episodes, "seed": seed})
@@ -158,7 +158,7 @@ def study_name(settings: TuneSettings, cfg: dict[str, Any], tasks: TaskTable) ->
         data.update(np.ascontiguousarray(a).tobytes())
     key = json.dumps({"s": {k: v for k, v in vars(settings).items() if k not in ("n_trials", "n_jobs", "storage")},
                       "rf": cfg.get("rf"), "dqn": cfg.get("dqn"), "cluster": cfg.get("cluster"),
-                      "policy": cfg.get("policies", {}).get("hybrid_ml"), "data": data.hexdigest()},
+                      "policy": cfg.get("policies", {}).get("machine", {}).get("hybrid_ml"), "data": data.hexdigest()},
                      sort_keys=True, default=str)
     return f"{settings.target}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
@@ -279,5 +279,24 @@ def _params_to_config(params: dict[str, Any], target: str, cfg: dict[str, Any]) 
         kind = cfg["rf"].get("model", "random_forest")
         pol = {k: params[k] for k in ("retrain_every", "window")}
         est = {k: v for k, v in params.items() if k not in pol}
-        return {"rf": {kind: est}, "policies": {"hybrid_ml": pol}}
+        return {"rf": {kind: est}, "policies": {"machine": {"hybrid_ml": pol}}}
     return {"dqn": dict(params)}
+
+
+def save_plots(settings: TuneSettings, name: str, out: Path) -> list[Path]:
+    """The study's optimisation history and (with 3+ trials) parameter importances as PNGs."""
+    import warnings
+
+    import optuna
+    from optuna.visualization import matplotlib as ovm
+
+    from hybridsched.plots import save_axes
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    study = optuna.load_study(study_name=name, storage=_storage(settings.storage))
+    target = None if len(settings.objectives) == 1 else (lambda t: t.values[0])
+    paths = [save_axes(ovm.plot_optimization_history(study, target=target, target_name=settings.objectives[0]),
+                       out / "tune_history.png")]
+    if len(study.trials) > 2:
+        paths.append(save_axes(ovm.plot_param_importances(study, target=target), out / "tune_importance.png"))
+    return paths

@@ -47,22 +47,22 @@ class DQNPolicy(Policy):
         self.learning_rate = learning_rate
         self.seed = int(seed)
         self.observe_every = self.update_every if self.online else 0
-        self._model = None  # learn.dqn.SavedModel, loaded on first prepare
-        self._learner = None  # learn.dqn.DQNLearner while learning
+        self._model = None  # kinds.machine.dqn.SavedModel, loaded on first prepare
+        self._learner = None  # kinds.machine.dqn.DQNLearner while learning
         self._training = False
         self._epsilon_at: Callable[[int], float] = lambda step: self.epsilon
         self._rng = np.random.default_rng(self.seed)
         self._steps_before = 0  # decisions made in earlier runs (training's epsilon schedule)
 
     @classmethod
-    def for_training(cls, learner, spec: StateSpec, hidden: int, epsilon_at: Callable[[int], float],
+    def for_training(cls, learner, spec: StateSpec, settings, epsilon_at: Callable[[int], float],
                      rng: np.random.Generator, update_every: int) -> DQNPolicy:
-        """The acting side of ``learn.dqn.train``: explores by ``epsilon_at(decisions so far)``
+        """The acting side of ``kinds.machine.dqn.train``: explores by ``epsilon_at(decisions so far)``
         and feeds ``learner``, which persists across runs (episodes)."""
         p = cls(epsilon=0.0, online=True, update_every=update_every)
         p._training = True
         p._learner = learner
-        p._spec, p._hidden = spec, hidden
+        p._spec, p._hidden, p._settings = spec, settings.hidden, settings
         p._epsilon_at = epsilon_at
         p._rng = rng
         return p
@@ -75,7 +75,7 @@ class DQNPolicy(Policy):
             if model.spec.n_gpus != cluster.n_gpus:
                 raise ModelFileError(f"{model.meta_path}: model was trained for {model.spec.n_gpus} GPUs, "
                                      f"the cluster has {cluster.n_gpus} (retrain with train_dqn)")
-            self._spec, self._hidden = model.spec, model.hidden
+            self._spec, self._hidden, self._settings = model.spec, model.hidden, model.settings
             self._weights = model.weights()
             self._rng = np.random.default_rng(self.seed)  # same draws in every run
             self._learner = model.learner(seed=self.seed, learning_rate=self.learning_rate) if self.online else None
@@ -138,14 +138,16 @@ class DQNPolicy(Policy):
         next_rows = P[np.minimum(nxt, n - 1), ORDER].astype(np.int64)
         states = P[rows, FEAT:]
         next_states = np.where(done[:, None], 0.0, P[next_rows, FEAT:])
-        rewards = self._learner.reward(end - P[rows, TIME], energy)
+        from hybridsched.kinds.machine.dqn import reward
+
+        rewards = reward(self._settings, self._spec, end - P[rows, TIME], energy)
         self._learner.add(states, P[rows, ACTION].astype(np.int64), rewards, next_states, done.astype(np.float64))
         self.reward_sum += float(rewards.sum())
         self.n_rewards += len(rows)
 
     def _load(self):
         if self._model is None:
-            from hybridsched.rl.dqn import load_model  # torch: only when the policy is used
+            from hybridsched.kinds.machine.dqn import load_model  # torch: only when the policy is used
 
             self._model = load_model(self.model_dir)
         return self._model

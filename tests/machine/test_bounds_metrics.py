@@ -10,7 +10,7 @@ from hybridsched.kinds.machine.metrics import check_trace, summarize
 from hybridsched.kinds.machine.policies.eft import Oracle
 from hybridsched.kinds.machine.workload import from_frame
 from tests.conftest import small_workload
-from tests.sim_helpers import run
+from tests.machine.sim_helpers import run
 
 
 def test_best_alone_balances_the_two_parts():

@@ -11,7 +11,7 @@ from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle, b
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.workload import from_frame
 from tests.conftest import small_workload
-from tests.sim_helpers import classic_policies, run
+from tests.machine.sim_helpers import classic_policies, run
 
 
 def test_round_robin_cycles_cpu_then_each_gpu(cluster, tasks):

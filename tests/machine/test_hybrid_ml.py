@@ -25,7 +25,7 @@ from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
 from hybridsched.kinds.machine.sim import simulate, task_matrix
 from tests.conftest import small_workload
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL_RF = {"model": "random_forest", "seed": 0, "test_fraction": 0.25, "importance_repeats": 1,
             "random_forest": {"n_estimators": 20, "max_depth": 10, "min_samples_leaf": 3, "n_jobs": 1}}
 SMALL_XGB = {"model": "xgboost", "seed": 0, "test_fraction": 0.25, "importance_repeats": 1,
@@ -277,19 +277,20 @@ def test_policy_configs_compose_to_online_and_static_variants():
     import yaml
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    online = hydra.utils.instantiate(params["policies"]["hybrid_ml"])
-    static = hydra.utils.instantiate(params["policies"]["hybrid_ml_static"])
+    online = hydra.utils.instantiate(params["policies"]["machine"]["hybrid_ml"])
+    static = hydra.utils.instantiate(params["policies"]["machine"]["hybrid_ml_static"])
     assert isinstance(online, HybridML) and isinstance(static, HybridML)
-    assert online.observe_every == params["policies"]["hybrid_ml"]["retrain_every"] > 0
+    assert online.observe_every == params["policies"]["machine"]["hybrid_ml"]["retrain_every"] > 0
     assert static.observe_every == 0
-    assert {"hybrid_ml", "hybrid_ml_static"} <= set(params["sim"]["policies"])
+    assert {"hybrid_ml", "hybrid_ml_static"} <= set(params["sim"]["policies"]["machine"])
 
 
 def test_train_rf_stage_writes_model_metrics_and_plot(tmp_path):
     from omegaconf import OmegaConf
 
     from hybridsched.io import write_frame
-    from stages.train_rf import train_rf
+    from hybridsched.kinds import get_kind
+    from hybridsched.kinds.base import Run
 
     cfg = OmegaConf.load(ROOT / "params.yaml")
     write_frame(tmp_path / "workload" / "train.parquet", small_workload(300).to_frame())
@@ -297,7 +298,8 @@ def test_train_rf_stage_writes_model_metrics_and_plot(tmp_path):
     cfg.paths.metrics_dir = str(tmp_path / "metrics")
     cfg.rf.model_dir = str(tmp_path / "models" / "rf")
     cfg.rf.random_forest.n_estimators = 10
-    metrics = train_rf(cfg)
+    cfg.tracking.enabled = False
+    metrics = get_kind("machine").train_rf(Run(cfg=OmegaConf.to_container(cfg, resolve=True)))
     on_disk = json.loads((tmp_path / "metrics" / "train_rf.json").read_text())
     assert on_disk == json.loads(json.dumps(metrics)) and on_disk["r2"] >= 0.8
     assert (tmp_path / "metrics" / "plots" / "rf_importance.png").stat().st_size > 1000

@@ -11,7 +11,7 @@ from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
 from tests.conftest import small_workload
-from tests.sim_helpers import classic_policies, parents_of, run
+from tests.machine.sim_helpers import classic_policies, parents_of, run
 
 cases = st.fixed_dictionaries({
     "n": st.integers(1, 40),

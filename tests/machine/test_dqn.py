@@ -15,16 +15,8 @@ torch = pytest.importorskip("torch")
 
 from hybridsched.kinds.machine.devices import Cluster  # noqa: E402
 from hybridsched.errors import HybridschedError, ModelFileError  # noqa: E402
-from hybridsched.rl.dqn import (  # noqa: E402
-    DQNLearner,
-    DQNSettings,
-    QNetwork,
-    linear_schedule,
-    load_model,
-    save_model,
-    save_network,
-    train,
-)
+from hybridsched.kinds.machine.dqn import DQNSettings, load_model, save_model, save_network, train  # noqa: E402
+from hybridsched.rl.dqn import DQNLearner, QNetwork, linear_schedule  # noqa: E402
 from hybridsched.kinds.machine.dqn_state import StateSpec, features_into, q_values_batch  # noqa: E402
 from hybridsched.kinds.machine.outcomes import OutcomeClock  # noqa: E402
 from hybridsched.rl.replay import ReplayBuffer  # noqa: E402
@@ -33,7 +25,7 @@ from hybridsched.kinds.machine.policies.classic import RoundRobin  # noqa: E402
 from hybridsched.kinds.machine.policies.dqn import DQNPolicy  # noqa: E402
 from hybridsched.kinds.machine.sim import task_matrix  # noqa: E402
 from tests.conftest import small_workload  # noqa: E402
-from tests.sim_helpers import run  # noqa: E402
+from tests.machine.sim_helpers import run  # noqa: E402
 
 SMALL = DQNSettings(episodes=12, buffer_size=5_000, batch_size=64, learning_starts=200, train_frequency=2,
                     target_network_frequency=100, exploration_fraction=0.4, hidden=32)
@@ -88,7 +80,7 @@ def test_dueling_head_is_value_plus_advantage_minus_mean_advantage():
 
 def _learner(**kw) -> DQNLearner:
     s = replace(DQNSettings(hidden=8, batch_size=4, buffer_size=100), **kw)
-    return DQNLearner(3, 5, s, 1.0, 1.0, np.random.default_rng(0))
+    return DQNLearner(3, 5, s, np.random.default_rng(0))
 
 
 def _perturb(net) -> None:

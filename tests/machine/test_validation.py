@@ -15,7 +15,7 @@ import pytest
 from hybridsched.kinds.machine.validation import DEPS_CHECK_COLUMN, deps_not_earlier, failure_summary, validate_files, validate_frame
 from hybridsched.kinds.machine.workload import generate_splits
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_MEMORY_MB = 64000.0
 WORKLOAD = {"seed": 3, "n_train": 300, "n_test": 200, "rate": 6.0, "size_range": [1.0, 400.0],
             "intensity_range": [0.0, 1.0], "memory_range": [50.0, 12000.0], "dag_job_size": 10, "dag_max_parents": 2}

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from hybridsched.kinds.machine.workload import TaskTable, from_frame, generate_splits
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 SCENARIOS = ["default", "gpu_heavy", "cpu_friendly", "shifted", "bursty", "dag"]
 N = 3000
 
@@ -40,8 +40,8 @@ def count_dispersion(arrival: np.ndarray, window_s: float) -> float:
 
 
 def test_every_synthetic_scenario_is_in_the_conf_folder() -> None:
-    # the other workload options import real traces (kind: alibaba); tests/test_alibaba.py covers them
-    synthetic = {p.stem for p in (CONF / "workload").glob("*.yaml") if "kind: alibaba" not in p.read_text()}
+    # the other workload options import real traces (kind: cluster); tests/cluster/ covers them
+    synthetic = {p.stem for p in (CONF / "workload").glob("*.yaml") if "kind: cluster" not in p.read_text()}
     assert synthetic == set(SCENARIOS)
 
 

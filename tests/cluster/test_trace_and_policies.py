@@ -28,7 +28,7 @@ from hybridsched.kinds.cluster.engine import simulate
 from hybridsched.kinds.cluster.metrics import check_trace, summarize
 from hybridsched.kinds.cluster.speeds import MODEL_TO_GAVEL, job_type_of, read_gavel_throughputs, speed_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT.parent / "shared" / "traces"
 ALIBABA = TRACES / "alibaba-gpu-v2023"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"
@@ -317,15 +317,12 @@ def test_pipeline_functions_on_a_slice_of_the_real_trace(tmp_path):
     from hybridsched.kinds.cluster.dqn import NodeDQN
     from hybridsched.kinds.cluster.hybrid_ml import HybridML
 
-    workload = {"kind": "alibaba", "name": "slice", "path": str(ALIBABA / "openb_pod_list_default.csv"),
+    workload = {"kind": "cluster", "name": "slice", "path": str(ALIBABA / "openb_pod_list_default.csv"),
                 "time_compression": 3.0, "max_tasks": 1200, "test_fraction": 0.5,
                 "nodes": {"path": str(ALIBABA / "openb_node_list_all_node.csv"),
                           "sample": {"n_nodes": 10, "seed": 0, "min_per_model": 1}}}
-    assert pipeline.is_node_workload(workload) and not pipeline.is_node_workload({"name": "default"})
-    report = pipeline.import_workload(workload, tmp_path / "w")
+    train, test, nodes, report = pipeline.load_workload(workload)
     assert report["rows_read"] == 8152 and report["split"]["train"] + report["split"]["test"] == report["rows_kept"]
-    train, test = pipeline.read_split(tmp_path / "w", "train"), pipeline.read_split(tmp_path / "w", "test")
-    nodes = pipeline.read_nodes(tmp_path / "w")
     cluster = pipeline.build_cluster(nodes, {"gavel_path": str(GAVEL), "reference_model": "G2"}, {})
     dqn, metrics, history = train_node_dqn(train, cluster, {"episodes": 1, "learning_starts": 100, "seed": 0})
     assert len(history) == 1 and metrics["grad_steps"] > 0
@@ -337,8 +334,9 @@ def test_pipeline_functions_on_a_slice_of_the_real_trace(tmp_path):
                 "dqn": NodeDQN(model_dir=str(tmp_path / "dqn"))}
     traces = pipeline.run_policies(train, test, cluster, policies)
     bound = lower_bound(run_inputs(test, cluster), cluster)
-    table = pipeline.compare(traces, test, nodes, cluster.power, {"makespan": bound.makespan,
-                                                                  "mean_latency": bound.mean_latency})
+    from hybridsched.kinds.cluster.stages import _table
+
+    table = _table(traces, test, nodes, cluster.power, {"makespan": bound.makespan, "mean_latency": bound.mean_latency})
     assert set(table.index) == set(policies)
     assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all() and (table["makespan_vs_bound"] >= 1 - 1e-9).all()
     assert table.loc["oracle", "mean_latency"] <= table["mean_latency"].min() + 1e-6 or \

@@ -20,9 +20,10 @@ from hybridsched.kinds.machine.profiling import (
     profile_matmul,
     robust_median,
 )
-from stages.profile import profile as profile_stage
+from hybridsched.kinds import get_kind
+from tests.runs import compose_run
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = ProfileSettings(sizes=(16, 32, 64), repeats=3, warmup=1, min_sample_s=0.001, threads=1, fit_min_size=32)
 HAS_GPU = gpu_backend() is not None
 
@@ -120,13 +121,12 @@ def test_profile_runs_on_cpu_and_fills_every_field() -> None:
 
 
 def test_stage_writes_profile_fit_and_plot(tmp_path: Path) -> None:
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(config_name="config", overrides=[
-            "profile.sizes=[16,32,64]", "profile.repeats=3", "profile.warmup=1", "profile.min_sample_s=0.001",
-            "profile.fit_min_size=32", "profile.threads=1", "profile.reference_gpu_speedup=12.5",
-            f"paths.metrics_dir={tmp_path / 'metrics'}", f"cluster.profile_path={tmp_path / 'cluster_profile.json'}",
-        ])
-    profile_stage(cfg)
+    run = compose_run(
+        "profile.sizes=[16,32,64]", "profile.repeats=3", "profile.warmup=1", "profile.min_sample_s=0.001",
+        "profile.fit_min_size=32", "profile.threads=1", "profile.reference_gpu_speedup=12.5",
+        f"paths.metrics_dir={tmp_path / 'metrics'}", f"cluster.profile_path={tmp_path / 'cluster_profile.json'}",
+    )
+    get_kind("machine").profile(run)
     metrics = json.loads((tmp_path / "metrics" / "profile.json").read_text())
     assert {"torch_version", "gpu_found", "devices", "sizes"} <= set(metrics)
     png = (tmp_path / "metrics" / "plots" / "profile.png").read_bytes()
@@ -137,7 +137,7 @@ def test_stage_writes_profile_fit_and_plot(tmp_path: Path) -> None:
     assert fitted["cluster"]["gpu_measured"] is HAS_GPU
     if not HAS_GPU:
         assert fitted["cluster"]["gpu_max_speedup"] == 12.5
-    cluster = cluster_from_config({**cfg.cluster, "source": "profile"})
+    cluster = cluster_from_config({**run.cfg["cluster"], "source": "profile"})
     assert cluster.cpu_gflops == pytest.approx(fitted["cluster"]["cpu_gflops"])
 
 

@@ -1,0 +1,167 @@
+"""The cluster kind's stage functions: pods of a GPU-cluster trace on a sample of its nodes
+(see kinds/base.py).  The work is in this package's modules; these functions read the
+config, call them and write the stage's declared outputs.
+
+Files (under ``paths.workload_dir``): ``train.parquet`` / ``test.parquet`` (pod tables, the
+chronological split) and ``nodes.parquet`` (the sampled node list).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+
+from hybridsched.errors import HybridschedError
+from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
+from hybridsched.io import atomic_dir, write_frame, write_json
+from hybridsched.kinds.base import Run, instantiate
+from hybridsched.kinds.cluster import workload as W
+from hybridsched.kinds.cluster.nodes import NodeCluster
+from hybridsched.kinds.cluster.trace import NodeTable, PodTable
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.not_applicable import write_placeholders
+
+
+def _node_cluster(run: Run, nodes: NodeTable) -> NodeCluster:
+    return W.build_cluster(nodes, run.cfg["nodes"], run.cfg["cluster"])
+
+
+def _splits(run: Run) -> tuple[PodTable, PodTable, NodeTable]:
+    """(train, test, nodes): the generate stage's files, or under multirun (where the sweep may
+    change the workload) the trace imported in memory."""
+    if run.in_memory:
+        train, test, nodes, _ = W.load_workload(run.cfg["workload"])
+        return train, test, nodes
+    wd = run.workload_dir
+    return W.read_split(wd, "train"), W.read_split(wd, "test"), W.read_nodes(wd)
+
+
+def profile(run: Run) -> dict[str, Any]:
+    """Nothing to measure: the cluster's speeds are the Gavel table's.  Writes the stage's
+    outputs saying so."""
+    reason = "not run: the cluster kind takes its GPU speeds from the Gavel table (nodes.gavel_path)"
+    write_json(run.cfg["cluster"]["profile_path"], {"skipped": reason})
+    write_json(run.metrics_dir / "profile.json", {"skipped": reason})
+    write_placeholders([run.metrics_dir / "plots" / "profile.png"], f"profile {reason}")
+    print(f"profile: {reason}")
+    return {"skipped": reason}
+
+
+def generate(run: Run) -> dict[str, int]:
+    """Import the trace: ``train``/``test``/``nodes.parquet`` and metrics/import_report.json."""
+    train, test, nodes, report = W.load_workload(run.cfg["workload"])
+    with atomic_dir(run.workload_dir) as tmp:
+        write_frame(tmp / "train.parquet", train.to_frame())
+        write_frame(tmp / "test.parquet", test.to_frame())
+        write_frame(tmp / "nodes.parquet", nodes.to_frame())
+    write_json(run.metrics_dir / "import_report.json", report)
+    dropped = ", ".join(f"{k} {v}" for k, v in report["dropped"].items() if v) or "none"
+    print(f"generate: imported {report['rows_kept']} of {report['rows_read']} pods from {report['path']} "
+          f"(dropped: {dropped}); {report['nodes']['nodes']} nodes, {report['nodes']['gpus']} GPUs")
+    return {"train": len(train), "test": len(test)}
+
+
+def validate(run: Run) -> dict[str, Any]:
+    """The pod-table expectation suite on both splits (see validation.py)."""
+    from hybridsched.expectations import check_report
+    from hybridsched.kinds.cluster.validation import validate_pod_files
+
+    wd = run.workload_dir
+    report = validate_pod_files({s: wd / f"{s}.parquet" for s in W.SPLITS}, W.read_nodes(wd))
+    return check_report(report, run.metrics_dir / "validation.json")
+
+
+def train_rf(run: Run) -> dict:
+    """The pod-duration RandomForest: models/rf, metrics/train_rf.json, importance csv + png."""
+    from hybridsched.kinds.cluster.runtime_model import save_pod_runtime, train_pod_runtime
+
+    rf_cfg = run.cfg["rf"]
+    model, metrics = train_pod_runtime(W.read_split(run.workload_dir, "train"), rf_cfg)
+    save_pod_runtime(model, rf_cfg["model_dir"], {"workload": run.cfg["workload"]["name"], "metrics": metrics})
+    files = write_importance_report(run.metrics_dir, metrics, "pod duration RandomForest: permutation importance")
+    run.track("train_rf", metrics, files)
+    print(f"train_rf: pod duration model on {metrics.get('n_train')} pods, held-out R² (log) {metrics.get('r2')}")
+    return metrics
+
+
+def train_dqn(run: Run) -> dict:
+    """The node DQN: models/dqn, metrics/train_dqn.json, metrics/plots/train_dqn.csv."""
+    from hybridsched.kinds.cluster.dqn_train import save_node_dqn, train_node_dqn
+
+    train, _, nodes = _splits(run)
+    settings = run.cfg["nodes"]["dqn"]
+    policy, metrics, history = train_node_dqn(train, _node_cluster(run, nodes), settings)
+    save_node_dqn(run.cfg["dqn"]["model_dir"], policy, settings, {"workload": run.cfg["workload"]["name"]})
+    out = run.metrics_dir
+    write_json(out / "train_dqn.json", metrics)
+    write_frame(out / "plots" / "train_dqn.csv", pd.DataFrame(history).drop(columns="actions").round(6))
+    run.track("train_dqn", metrics, [out / "train_dqn.json", out / "plots" / "train_dqn.csv"])
+    print(f"train_dqn: {metrics['episodes']} episodes on {metrics['n_train']} pods in {metrics['wall_s']:.1f} s; "
+          f"greedy train mean JCT {metrics['train_mean_jct_greedy_dqn']:.1f} s")
+    return metrics
+
+
+def tune(run: Run) -> dict:
+    """No hyper-parameter search on this kind (yet): an empty ``best_params.yaml`` (so
+    ``use_tuned`` changes nothing), a ``tune.json`` that says so, and placeholder plots."""
+    from hybridsched.io import write_text
+
+    reason = f"not run: the tune stage searches the machine kind's learned policies; workload kind {run.kind!r}"
+    write_text(run.path("best_params"), f"# Written by the tune stage: {reason}.\n{{}}\n")
+    summary = {"skipped": reason, "n_complete": 0, "default": None, "best": None}
+    write_json(run.metrics_dir / "tune.json", summary)
+    run.path("best_params").parent.joinpath("tune").mkdir(parents=True, exist_ok=True)
+    write_placeholders([run.metrics_dir / "plots" / n for n in ("tune_history.png", "tune_importance.png")], f"tune {reason}")
+    print(f"tune: {reason}")
+    return summary
+
+
+def simulate(run: Run) -> pd.DataFrame:
+    """Traces of every chosen node policy on the test split, and the lower bound."""
+    from hybridsched.kinds.cluster.bounds import lower_bound
+    from hybridsched.kinds.cluster.nodes import run_inputs
+
+    train, test, nodes = _splits(run)
+    cluster = _node_cluster(run, nodes)
+    bound = asdict(lower_bound(run_inputs(test, cluster), cluster))
+    policies = {name: instantiate(spec) for name, spec in run.policy_specs().items()}
+    traces = W.run_policies(train, test, cluster, policies)
+    with atomic_dir(run.traces_dir) as tmp:
+        for name, tr in traces.items():
+            write_frame(tmp / f"{name}.parquet", tr)
+            print(f"simulate: {name:<16} mean JCT {(tr['end'] - tr['arrival']).mean():10.1f} s")
+        write_json(tmp / "lower_bound.json", bound)
+    table = _table(traces, test, nodes, cluster.power, bound)
+    run.track("simulate", {"lower_bound": bound, **table[["mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
+    return table.assign(workload=run.cfg["workload"]["name"])
+
+
+def _table(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Cluster, bound: dict) -> pd.DataFrame:
+    """The shared comparison over this kind's audited per-policy summaries."""
+    from hybridsched.kinds.cluster.metrics import check_trace, summarize
+
+    summaries = {}
+    for name, tr in traces.items():
+        problems = check_trace(tr, nodes, test)
+        if problems:
+            raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
+        summaries[name] = summarize(tr, nodes, power)
+    return compare(summaries, bound)
+
+
+def evaluate(run: Run) -> pd.DataFrame:
+    """metrics/summary.json, metrics/policies.csv, the plot tables and PNGs."""
+    from hybridsched.evaluation import load_traces
+
+    traces, bound = load_traces(run.traces_dir, order=(run.cfg["sim"].get("policies") or {}).get("cluster", []))
+    wd = run.workload_dir
+    test, nodes = W.read_split(wd, "test"), W.read_nodes(wd)
+    table = _table(traces, test, nodes, Cluster.from_dict(run.cfg["cluster"]), bound)
+    summary = {"workload": run.cfg["workload"]["name"], "kind": "cluster", "n_tasks": len(test),
+               "nodes": nodes.summary(), "lower_bound": bound, "policies": table.round(6).to_dict(orient="index")}
+    files = write_report(run.metrics_dir, summary, table, traces, W.utilisation_long(traces, nodes))
+    run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
+    print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
+    return table

@@ -1,0 +1,195 @@
+"""The machine kind's DQN: a dueling Q-network that places each task on (CPU | GPU g at fraction f), trained in the simulator.
+
+The learner, network and epsilon schedule are the shared RL core (``rl/dqn.py``); this
+module is the machine's environment side: its action space, its reward and its training loop.
+
+* **State** (``learn/dqn_state.py``): task features (standardised logs of size, memory and
+  nominal CPU/GPU time, intensity, max GPU fraction), the believed backlog of every device,
+  and per action its nominal finish time and busy energy given those backlogs.
+* **Actions**: CPU only, then each GPU at each of ``fractions`` (1 + 4 * n_gpus actions);
+  the engine clamps a fraction to what fits in GPU memory.
+* **Reward** of a decision, from its *actual* outcome once observed:
+  ``-(alpha * response / time_scale + beta * energy / energy_scale)`` where ``response`` is
+  the task's end minus the decision time and ``energy`` its busy energy.  The two scales are
+  the training workload's mean time and energy of each task's fastest placement on an idle
+  cluster, so a task that runs as fast as it could alone costs about ``alpha + beta``.
+* **Episodes**: one pass of the simulator over the training workload with fresh run-time
+  noise; the policy acts through the compiled kernel (``policies/dqn.py``) and the learner
+  takes a gradient step every ``train_frequency`` completed transitions.
+
+This module imports torch at the top; everything else imports it lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hybridsched.errors import HybridschedError, ModelFileError
+from hybridsched.io import read_model_meta
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.dqn_state import DEFAULT_FRACTIONS, StateSpec
+from hybridsched.kinds.machine.workload import TaskTable
+from hybridsched.rl.dqn import DQNLearner, DQNSettings as CoreSettings, QNetwork, linear_schedule
+
+MODEL_FILE = "model.pt"
+META_FILE = "meta.json"
+FORMAT = "hybridsched-dqn/1"
+
+
+@dataclass(frozen=True)
+class DQNSettings(CoreSettings):
+    """The shared learner settings plus the machine's action space and reward weights
+    (conf/dqn/default.yaml)."""
+
+    fractions: tuple[float, ...] = DEFAULT_FRACTIONS
+    alpha: float = 0.5  # weight of response time in the reward
+    beta: float = 0.5  # weight of energy in the reward
+
+    def extra_checks(self) -> dict[str, bool]:
+        return {"fractions": len(self.fractions) > 0 and all(0 < f <= 1 for f in self.fractions),
+                "alpha": self.alpha >= 0, "beta": self.beta >= 0}
+
+
+def reward(settings: DQNSettings, spec: StateSpec, response_s: np.ndarray, energy_j: np.ndarray) -> np.ndarray:
+    """The environment's reward of decisions from their observed outcomes:
+    ``-(alpha * time / time_scale + beta * energy / energy_scale)`` (see the module docstring)."""
+    return -(settings.alpha * response_s / spec.time_scale + settings.beta * energy_j / spec.energy_scale)
+
+
+@dataclass
+class TrainResult:
+    learner: DQNLearner
+    spec: StateSpec
+    settings: DQNSettings
+    history: list[dict[str, float]]
+    wall_s: float
+
+
+def train(tasks: TaskTable, cluster: Cluster, settings: DQNSettings,
+          on_episode: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
+    """Train in the simulator for ``settings.episodes`` passes over ``tasks``."""
+    from hybridsched.kinds.machine.policies.dqn import DQNPolicy
+    from hybridsched.kinds.machine.engine import simulate, task_matrix
+
+    start = time.perf_counter()
+    noise_rng, act_rng, replay_rng = np.random.default_rng(settings.seed).spawn(3)
+    spec = StateSpec.fit(task_matrix(tasks, cluster), cluster, settings.fractions)
+    learner = DQNLearner(spec.n_state, spec.n_actions, settings, replay_rng)
+    decay = settings.exploration_fraction * settings.episodes * len(tasks)
+
+    def epsilon_at(step: int) -> float:
+        return linear_schedule(settings.start_e, settings.end_e, decay, step)
+
+    policy = DQNPolicy.for_training(learner, spec, settings, epsilon_at, act_rng, settings.observe_every)
+    history: list[dict[str, float]] = []
+    for episode in range(1, settings.episodes + 1):
+        n_losses = len(learner.losses)
+        epsilon = epsilon_at((episode - 1) * len(tasks))
+        trace = simulate(tasks, cluster, policy, cluster.sample_noise(len(tasks), noise_rng))
+        policy.finish_run(trace)
+        losses = learner.losses[n_losses:]
+        row = {
+            "episode": episode,
+            "mean_reward": policy.reward_sum / max(policy.n_rewards, 1),
+            "loss": float(np.mean(losses)) if losses else float("nan"),
+            "epsilon": float(epsilon),
+            "mean_latency": float(np.mean(trace.end - trace.arrival)),
+            "makespan": float(np.max(trace.end) - trace.arrival[0]),
+            "energy_j": float(trace.energy_j.sum()),
+            "grad_steps": learner.grad_steps,
+            "wall_s": time.perf_counter() - start,
+        }
+        history.append(row)
+        if on_episode:
+            on_episode(row)
+    return TrainResult(learner, spec, settings, history, time.perf_counter() - start)
+
+
+# --- saving and loading ----------------------------------------------------------------------
+@dataclass
+class SavedModel:
+    """A trained network with the state spec and settings it was trained with."""
+
+    q: QNetwork
+    spec: StateSpec
+    settings: DQNSettings
+    meta_path: Path
+
+    @property
+    def hidden(self) -> int:
+        return self.settings.hidden
+
+    def weights(self) -> list[np.ndarray]:
+        return [t.detach().numpy().copy() for t in self.q.state_dict().values()]
+
+    def learner(self, seed: int = 0, learning_rate: float | None = None) -> DQNLearner:
+        """A fresh learner that starts from these weights (online adaptation); its replay
+        buffer starts empty, so it learns as soon as it holds one minibatch."""
+        s = replace(self.settings, seed=seed, learning_rate=learning_rate or self.settings.learning_rate,
+                    learning_starts=self.settings.batch_size)
+        q = QNetwork(self.spec.n_state, self.spec.n_actions, s.hidden)
+        q.load_state_dict(self.q.state_dict())
+        return DQNLearner(self.spec.n_state, self.spec.n_actions, s, np.random.default_rng(seed), q=q)
+
+
+def save_model(out_dir: str | Path, result: TrainResult) -> None:
+    """Save a training result's network (see ``save_network``)."""
+    save_network(out_dir, result.learner.q, result.spec, result.settings)
+
+
+def save_network(out_dir: str | Path, q: QNetwork, spec: StateSpec, settings: DQNSettings) -> None:
+    """``model.pt`` (the network's state_dict) and ``meta.json`` (format, sizes, action table,
+    state spec, settings) into ``out_dir`` (the stage writes a fresh folder via ``io.atomic_dir``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(q.state_dict(), out / MODEL_FILE)
+    gpu, frac = spec.action_table()
+    meta = {
+        "format": FORMAT,
+        "n_state": spec.n_state,
+        "n_actions": spec.n_actions,
+        "actions": [{"gpu": int(g) if f > 0 else None, "fraction": float(f)} for g, f in zip(gpu, frac, strict=True)],
+        "spec": spec.to_dict(),
+        "settings": settings.to_dict(),
+    }
+    (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def load_model(model_dir: str | Path) -> SavedModel:
+    """Load what ``save_model`` wrote; a missing, corrupt or mismatched file is a ModelFileError."""
+    d = Path(model_dir)
+    meta_path, model_path = d / META_FILE, d / MODEL_FILE
+    meta = read_model_meta(meta_path, "the train_dqn stage")
+    try:
+        if meta.get("format") != FORMAT:
+            raise ModelFileError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        spec = StateSpec.from_dict(meta["spec"])
+        settings = DQNSettings.from_dict(meta["settings"])
+    except (ValueError, KeyError, TypeError, HybridschedError) as e:
+        if isinstance(e, ModelFileError):
+            raise
+        raise ModelFileError(f"{meta_path}: not a DQN model description ({e})") from None
+    if meta.get("n_state") != spec.n_state or meta.get("n_actions") != spec.n_actions:
+        raise ModelFileError(f"{meta_path}: n_state/n_actions {meta.get('n_state')}/{meta.get('n_actions')} do not "
+                             f"match the state spec ({spec.n_state}/{spec.n_actions})")
+    try:
+        state = torch.load(model_path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ModelFileError(f"{model_path}: not found (run the train_dqn stage)") from None
+    except Exception as e:  # torch raises many types for a damaged file
+        raise ModelFileError(f"{model_path}: not a readable torch state_dict ({type(e).__name__}: {e})") from None
+    q = QNetwork(spec.n_state, spec.n_actions, settings.hidden)
+    try:
+        q.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelFileError(f"{model_path}: weights do not match {meta_path} ({first})") from None
+    q.eval()
+    return SavedModel(q, spec, settings, meta_path)

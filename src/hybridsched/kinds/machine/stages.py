@@ -1,0 +1,219 @@
+"""The machine kind's stage functions (one CPU + ``cluster.n_gpus`` GPUs; see kinds/base.py).
+
+Each takes a :class:`~hybridsched.kinds.base.Run`, writes the stage's declared outputs and
+returns its metrics (``simulate`` / ``evaluate``: the per-policy table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
+from hybridsched.io import atomic_dir, write_frame, write_json, write_text
+from hybridsched.kinds.base import Run, instantiate
+from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
+from hybridsched.progress import progress
+
+SPLITS = ("train", "test")
+
+
+def _cluster(run: Run) -> Cluster:
+    """The devices, with the profile's fitted constants when ``cluster.source: profile``."""
+    return cluster_from_config(run.cfg["cluster"])
+
+
+def _tasks(run: Run, split: str, cluster: Cluster) -> TaskTable:
+    """A split of the workload: the generate stage's file, or under multirun (where the sweep
+    may change the workload) the same tasks generated in memory from the config."""
+    if run.in_memory:
+        return generate_splits(run.cfg["workload"], cpu_gflops=float(run.cfg["cluster"]["cpu_gflops"]))[SPLITS.index(split)]
+    return read_tasks(run.workload_dir / f"{split}.parquet", max_memory_mb=cluster.max_task_memory_mb)
+
+
+def profile(run: Run) -> dict[str, Any]:
+    """Time matrix products on this machine's devices and fit the cost model's constants:
+    metrics/profile.json, metrics/plots/profile.png and ``cluster.profile_path``."""
+    from hybridsched.kinds.machine.profiling import (ProfileSettings, fit_from_profile, plot_profile,
+                                                      profile_matmul, report)
+
+    settings = ProfileSettings.from_dict(run.cfg["profile"])
+    result = profile_matmul(settings)
+    fitted = fit_from_profile(result, settings)
+    write_json(run.metrics_dir / "profile.json", result)
+    plot_profile(result, run.metrics_dir / "plots" / "profile.png")
+    write_json(Path(run.cfg["cluster"]["profile_path"]), fitted)
+    print(report(result, fitted))
+    return {"profile": result, "fitted": fitted}
+
+
+def generate(run: Run) -> dict[str, int]:
+    """Draw the synthetic train and test workloads into ``paths.workload_dir``."""
+    # deadlines scale with the configured CPU speed, so generate never waits on profile
+    cpu_gflops = Cluster.from_dict(run.cfg["cluster"]).cpu_gflops
+    train, test = generate_splits(run.cfg["workload"], cpu_gflops=cpu_gflops)
+    with atomic_dir(run.workload_dir) as tmp:
+        write_frame(tmp / "train.parquet", train.to_frame())
+        write_frame(tmp / "test.parquet", test.to_frame())
+    write_json(run.metrics_dir / "import_report.json",
+               {"kind": "machine", "workload": run.cfg["workload"]["name"], "train": len(train), "test": len(test)})
+    print(f"generate: {len(train)} train and {len(test)} test tasks ({run.cfg['workload']['name']})")
+    return {"train": len(train), "test": len(test)}
+
+
+def validate(run: Run) -> dict[str, Any]:
+    """The task-table expectation suite on both splits: metrics/validation.json; raises
+    DataValidationError listing every failed expectation."""
+    from hybridsched.kinds.machine.validation import validate_files
+    from hybridsched.expectations import check_report
+
+    # memory limits come from the configured devices (the profile never changes them)
+    max_memory_mb = Cluster.from_dict(run.cfg["cluster"]).max_task_memory_mb
+    report = validate_files({s: run.workload_dir / f"{s}.parquet" for s in SPLITS}, max_memory_mb)
+    return check_report(report, run.metrics_dir / "validation.json")
+
+
+def train_rf(run: Run) -> dict:
+    """Fit the run-time predictor (RandomForest or XGBoost), score it on a held-out split, save
+    it to ``rf.model_dir``; metrics/train_rf.json and the importance plot."""
+    from hybridsched.kinds.machine.engine import task_matrix
+    from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model
+
+    rf_cfg = run.cfg["rf"]
+    cluster = _cluster(run)
+    tasks = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    model, metrics = train_runtime_model(task_matrix(tasks, cluster), cluster, rf_cfg)
+    save_model(model, rf_cfg["model_dir"], {"workload": run.cfg["workload"]["name"], "metrics": metrics})
+    files = write_importance_report(run.metrics_dir, metrics, f"{metrics['model']} run-time model: permutation importance")
+    flavor = "xgboost" if metrics["model"] == "xgboost" else "sklearn"
+    run.track("train_rf", metrics, [*files, Path(rf_cfg["model_dir"]) / "meta.json"], model=(flavor, model.estimator))
+    mae = ", ".join(f"{k} {v:.3f} s" for k, v in metrics["mae_s"].items())
+    print(f"train_rf: {metrics['model']} on {metrics['n_train']} tasks, held-out R² (log) {metrics['r2']:.4f}, MAE {mae}")
+    return metrics
+
+
+def train_dqn(run: Run) -> dict:
+    """Train the dueling DQN in the simulator on the training workload; ``dqn.model_dir``,
+    metrics/train_dqn.json and the per-episode curve metrics/plots/train_dqn.csv."""
+    from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train  # torch
+
+    settings = DQNSettings.from_dict(run.cfg["dqn"])
+    cluster = _cluster(run)
+    tasks = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    result = train(tasks, cluster, settings)
+    with atomic_dir(run.cfg["dqn"]["model_dir"]) as tmp:
+        save_model(tmp, result)
+    curve = pd.DataFrame(result.history)
+    last = result.history[-1]
+    metrics = {
+        "workload": run.cfg["workload"]["name"], "n_train": len(tasks), "episodes": settings.episodes,
+        "decisions": settings.episodes * len(tasks), "grad_steps": result.learner.grad_steps,
+        "target_updates": result.learner.target_updates, "wall_s": round(result.wall_s, 2),
+        "n_state": result.spec.n_state, "n_actions": result.spec.n_actions,
+        "final_mean_reward": last["mean_reward"], "best_mean_reward": float(curve["mean_reward"].max()),
+        "final_loss": last["loss"], "final_epsilon": last["epsilon"],
+        "final_train_mean_latency": last["mean_latency"], "final_train_makespan": last["makespan"],
+        "time_scale_s": result.spec.time_scale, "energy_scale_j": result.spec.energy_scale,
+    }
+    write_json(run.metrics_dir / "train_dqn.json", metrics)
+    write_frame(run.metrics_dir / "plots" / "train_dqn.csv", curve.round(6))
+    run.track("train_dqn", metrics, [run.metrics_dir / "train_dqn.json", run.metrics_dir / "plots" / "train_dqn.csv",
+                                     Path(run.cfg["dqn"]["model_dir"]) / "meta.json"],
+              model=("pytorch", result.learner.q, {"input_example": np.zeros((1, result.spec.n_state), np.float32)}))
+    print(f"train_dqn: {metrics['episodes']} episodes on {metrics['n_train']} tasks in {metrics['wall_s']:.1f} s; "
+          f"final mean reward {metrics['final_mean_reward']:.3f}, train mean latency {metrics['final_train_mean_latency']:.3f} s")
+    return metrics
+
+
+def tune(run: Run) -> dict:
+    """Optuna search of a learned policy's hyper-parameters on a validation split of the
+    training workload: ``paths.best_params``, metrics/tune.json and plots.  Under a multirun
+    (Hydra's Optuna sweeper), evaluate just the configuration given and return its metrics."""
+    import yaml
+
+    from hybridsched.kinds.machine.tuning import TuneSettings, evaluate_config, run_study, save_plots, split_validation
+
+    settings, cluster = TuneSettings.from_dict(run.cfg["tune"]), _cluster(run)
+    train = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    if run.in_memory:
+        fit, val = split_validation(train, settings.validation_fraction)
+        return evaluate_config(settings.target, run.cfg, fit, val, cluster, settings.seed, settings.dqn_episodes)
+    summary = run_study(settings, run.cfg, train, cluster)
+    header = f"# Written by the tune stage (study {summary['study']}); read when use_tuned=true.\n"
+    write_text(run.path("best_params"), header + yaml.safe_dump(summary["tuned_config"], sort_keys=True))
+    write_json(run.metrics_dir / "tune.json", {k: v for k, v in summary.items() if k != "tuned_config"})
+    pngs = save_plots(settings, summary["study"], run.metrics_dir / "plots")
+    run.track("tune", {"best": summary["best"], "default": summary["default"] or {}}, [run.metrics_dir / "tune.json", *pngs])
+    print(f"tune: {summary['n_complete']} trials, default {summary['default']} -> best {summary['best']}")
+    return summary
+
+
+def build_policies(run: Run) -> dict:
+    """Name -> Policy for the run's policy names (``policy`` or ``sim.policies.machine``)."""
+    policies = {}
+    for name, spec in run.policy_specs().items():
+        policy = instantiate(spec)
+        policy.name = name
+        policies[name] = policy
+    return policies
+
+
+def simulate(run: Run) -> pd.DataFrame:
+    """Run every chosen policy on the test workload with the same run-time noise: a
+    ``<policy>.parquet`` trace each and ``lower_bound.json`` in ``paths.traces_dir``; returns
+    the per-policy table."""
+    from hybridsched.kinds.machine.bounds import lower_bound
+    from hybridsched.kinds.machine.sim import simulate as run_policy
+
+    cluster = _cluster(run)
+    tasks = _tasks(run, "test", cluster)
+    policies = build_policies(run)
+    realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
+    bound = asdict(lower_bound(tasks, cluster, realization))
+    traces = {}
+    with atomic_dir(run.traces_dir) as tmp:
+        for name, policy in progress(policies.items(), desc="simulate", unit="policy"):
+            traces[name] = run_policy(tasks, cluster, policy, realization, compiled=bool(run.cfg["sim"]["compiled"])).to_frame()
+            write_frame(tmp / f"{name}.parquet", traces[name])
+            print(f"simulate: {name:<16} makespan {traces[name]['end'].max() - tasks.arrival[0]:10.1f} s")
+        write_json(tmp / "lower_bound.json", bound)
+    table = _table(traces, cluster, bound, tasks)
+    run.track("simulate", {"lower_bound": bound, **table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
+    return table.assign(workload=run.cfg["workload"]["name"])
+
+
+def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks: TaskTable) -> pd.DataFrame:
+    """The shared comparison over this kind's audited per-policy summaries."""
+    from hybridsched.errors import HybridschedError
+    from hybridsched.kinds.machine.metrics import check_trace, summarize
+
+    parents = {int(tasks.task_id[i]): tasks.task_id[tasks.parents(i)].tolist()
+               for i in range(len(tasks)) if len(tasks.parents(i))}
+    summaries = {}
+    for name, tr in traces.items():
+        problems = check_trace(tr, cluster, parents)
+        if problems:
+            raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
+        summaries[name] = summarize(tr, cluster)
+    return compare(summaries, bound)
+
+
+def evaluate(run: Run) -> pd.DataFrame:
+    """metrics/summary.json, metrics/policies.csv, the plot tables and PNGs from the traces."""
+    from hybridsched.evaluation import load_traces, utilisation_table
+
+    cluster = _cluster(run)
+    traces, bound = load_traces(run.traces_dir, order=(run.cfg["sim"].get("policies") or {}).get("machine", []))
+    tasks = read_tasks(run.workload_dir / "test.parquet")
+    table = _table(traces, cluster, bound, tasks)
+    summary = {"workload": run.cfg["workload"]["name"], "kind": "machine", "n_tasks": len(tasks), "lower_bound": bound,
+               "policies": table.round(6).to_dict(orient="index")}
+    files = write_report(run.metrics_dir, summary, table, traces, utilisation_table(table, cluster.n_gpus))
+    run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
+    print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
+    return table

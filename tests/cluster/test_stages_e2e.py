@@ -1,0 +1,66 @@
+"""Every stage of the cluster kind, learned parts included, on the small fixture in data/
+(no shared traces needed): the same calls the stage scripts make."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hybridsched.errors import HybridschedError
+from hybridsched.kinds import get_kind
+from hybridsched.kinds.base import STAGES
+from tests.runs import compose_run
+
+DATA = Path(__file__).parent / "data"
+
+
+def fixture_run(tmp_path: Path, *overrides: str):
+    return compose_run(
+        "workload=alibaba_gpu_2023", f"workload.path={DATA / 'pods.csv'}", f"workload.nodes.path={DATA / 'nodes.csv'}",
+        "workload.nodes.sample=null", "workload.time_compression=1.0", f"nodes.gavel_path={DATA / 'gavel.json'}",
+        "nodes.dqn.episodes=2", "nodes.dqn.learning_starts=20", "nodes.dqn.batch_size=16",
+        "rf.random_forest.n_estimators=10", "rf.importance_repeats=1",
+        f"paths.workload_dir={tmp_path / 'data' / 'workload'}", f"paths.traces_dir={tmp_path / 'data' / 'traces'}",
+        f"paths.metrics_dir={tmp_path / 'metrics'}", f"paths.best_params={tmp_path / 'models' / 'best_params.yaml'}",
+        f"cluster.profile_path={tmp_path / 'data' / 'cluster_profile.json'}",
+        f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}", *overrides)
+
+
+def test_every_stage_runs_on_the_fixture(tmp_path: Path) -> None:
+    run = fixture_run(tmp_path)
+    kind = get_kind(run.kind)
+    results = {stage: getattr(kind, stage)(run) for stage in STAGES}
+    m = tmp_path / "metrics"
+    report = json.loads((m / "import_report.json").read_text())
+    assert report["rows_kept"] == results["generate"]["train"] + results["generate"]["test"] > 100
+    assert json.loads((m / "validation.json").read_text())["success"]
+    assert "skipped" in json.loads((m / "profile.json").read_text())
+    assert (tmp_path / "models" / "rf" / "meta.json").exists() and (tmp_path / "models" / "dqn" / "model.pt").exists()
+    table = results["evaluate"]
+    assert list(table.index) == run.cfg["sim"]["policies"]["cluster"]
+    # the same derived columns as every kind; nothing beats the clairvoyant bound
+    for col in ("mean_latency_vs_bound", "makespan_vs_bound", "latency_speedup_vs_round_robin", "mean_latency_vs_oracle"):
+        assert col in table
+    assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all()
+    csv = pd.read_csv(m / "policies.csv")
+    assert list(csv["policy"]) == list(table.index)
+    q = pd.read_csv(m / "plots" / "latency_quantiles.csv")
+    assert set(q["policy"]) == set(table.index) and list(q.columns) == ["policy", "quantile", "latency"]
+
+
+def test_one_policy_by_name_and_unknown_names(tmp_path: Path) -> None:
+    run = fixture_run(tmp_path)
+    kind = get_kind(run.kind)
+    kind.generate(run)
+    one = compose_run(*[f"{k}" for k in []], policy="fgd")  # policy names are per kind
+    with pytest.raises(HybridschedError, match=r"policy: unknown machine policy name\(s\) \['fgd'\]"):
+        one.policy_names()
+    run.policy = "fgd"
+    table = kind.simulate(run)
+    assert list(table.index) == ["fgd"]
+    run.policy = "nope"
+    with pytest.raises(HybridschedError, match=r"unknown cluster policy name\(s\) \['nope'\]; known: \["):
+        kind.simulate(run)
