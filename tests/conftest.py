@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,3 +30,29 @@ def small_workload(n: int = 300, seed: int = 0, **spec) -> TaskTable:
 @pytest.fixture
 def tasks() -> TaskTable:
     return small_workload()
+
+
+# --- the suite never touches the user's workspace ----------------------------------------------
+WORKSPACE = ("data", "models", "metrics")
+
+
+def _checksums(root: Path) -> dict[str, str]:
+    """sha256 of every file under the workspace folders (relative path -> digest)."""
+    out = {}
+    for top in WORKSPACE:
+        for p in sorted((root / top).rglob("*")):
+            if p.is_file():
+                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def workspace_untouched():
+    """data/, models/ and metrics/ of the checkout have the same files and checksums after the
+    whole run as before it: tests write only under their temp folders."""
+    root = Path(__file__).resolve().parents[1]
+    before = _checksums(root)
+    yield
+    after = _checksums(root)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"the test run changed the workspace: {changed[:10]}"

@@ -39,7 +39,7 @@ def test_hydra_optuna_sweeper_is_another_way_into_tuning(tmp_path):
     import yaml
 
     best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
-    assert best["best_value"] > 0 and "policies.hybrid_ml.window" in best["best_params"]
+    assert best["best_value"] > 0 and "policies.machine.hybrid_ml.window" in best["best_params"]
     table = pd.read_csv(tmp_path / "sweep" / "comparison.csv")
     assert len(table) == 3 and (table["mean_latency"] > 0).all()
     assert table["rf.random_forest.n_estimators"].between(10, 120).all()

@@ -98,7 +98,7 @@ def test_missing_columns_are_errors_naming_them(tmp_path):
     partial = HEADER.replace(",scheduled_time", "")
     with pytest.raises(WorkloadError, match=r"missing column\(s\) scheduled_time"):
         read_pod_trace(write_csv(tmp_path, ["pod-a,4000,8192,1,1000,,LS,Running,100,700"], header=partial))
-    with pytest.raises(WorkloadError, match="file not found"):
+    with pytest.raises(WorkloadError, match=r"nope.csv: pod list not found \(setting workload.path; the public traces are under paths.traces"):
         read_pod_trace(tmp_path / "nope.csv")
 
 

@@ -22,6 +22,7 @@ from hybridsched.errors import ModelFileError
 from hybridsched.io import atomic_dir, read_model_meta
 from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, run_inputs
 from hybridsched.kinds.cluster.dqn import ACTIONS, NodeDQN, n_state
+from hybridsched.progress import progress
 
 FORMAT = "hybridsched-node-dqn/1"
 MODEL_FILE = "model.pt"
@@ -57,7 +58,7 @@ def train_node_dqn(train: PodTable, cluster: NodeCluster, settings: dict) -> tup
     policy.epsilon_fn = lambda step: linear_schedule(s.start_e, s.end_e, decay, step)
     policy.fit(train)
     history = []
-    for ep in range(1, s.episodes + 1):
+    for ep in progress(range(1, s.episodes + 1), desc="train_dqn", unit="episode"):
         n_loss = len(learner.losses)
         eps = policy.epsilon_fn(learner.global_step)
         policy.seed = s.seed + ep  # fresh exploration draws per episode

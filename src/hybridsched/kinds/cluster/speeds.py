@@ -84,7 +84,8 @@ def read_gavel_throughputs(path: str | Path) -> dict[str, dict[str, float]]:
     try:
         raw = json.loads(p.read_text())
     except FileNotFoundError:
-        raise HybridschedError(f"{p}: file not found (Gavel's simulation_throughputs.json)") from None
+        raise HybridschedError(f"{p}: Gavel's simulation_throughputs.json not found (setting nodes.gavel_path; the "
+                               f"public traces are under paths.traces or $HYBRIDSCHED_TRACES, see docs/traces.md)") from None
     except ValueError as e:
         raise HybridschedError(f"{p}: not JSON ({e})") from None
     out: dict[str, dict[str, float]] = {}

@@ -263,7 +263,9 @@ def chronological_split(pods: PodTable, test_fraction: float) -> tuple[PodTable,
 def _read_csv(p: Path, required: tuple[str, ...], what: str) -> pd.DataFrame:
     """The CSV as text columns; WorkloadError if unreadable or a ``required`` column is missing."""
     if not p.exists():
-        raise WorkloadError(f"{p}: file not found")
+        setting = "workload.nodes.path" if what == "node list" else "workload.path"
+        raise WorkloadError(f"{p}: {what} not found (setting {setting}; the public traces are under paths.traces "
+                            f"or $HYBRIDSCHED_TRACES, see docs/traces.md)")
     try:
         # everything as text, empty stays "": the importer decides what is missing or bad
         df = pd.read_csv(p, dtype=str, keep_default_na=False, skipinitialspace=True)

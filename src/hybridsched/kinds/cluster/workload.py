@@ -22,6 +22,7 @@ from hybridsched.errors import WorkloadError
 from hybridsched.io import write_frame
 from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, fits_some_node, run_inputs
 from hybridsched.kinds.cluster.speeds import speed_table
+from hybridsched.progress import progress
 
 SPLITS = ("train", "test")
 
@@ -89,7 +90,7 @@ def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies
 
     inp = run_inputs(test, cluster)
     out = {}
-    for name, policy in policies.items():
+    for name, policy in progress(policies.items(), desc="simulate", unit="policy"):
         policy.name = name
         policy.fit(train)
         out[name] = simulate(inp, cluster, policy).to_frame(cluster)

@@ -37,6 +37,7 @@ from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.dqn_state import DEFAULT_FRACTIONS, StateSpec
 from hybridsched.kinds.machine.workload import TaskTable
 from hybridsched.rl.dqn import DQNLearner, DQNSettings as CoreSettings, QNetwork, linear_schedule
+from hybridsched.progress import progress
 
 MODEL_FILE = "model.pt"
 META_FILE = "meta.json"
@@ -89,7 +90,7 @@ def train(tasks: TaskTable, cluster: Cluster, settings: DQNSettings,
 
     policy = DQNPolicy.for_training(learner, spec, settings, epsilon_at, act_rng, settings.observe_every)
     history: list[dict[str, float]] = []
-    for episode in range(1, settings.episodes + 1):
+    for episode in progress(range(1, settings.episodes + 1), desc="train_dqn", unit="episode"):
         n_losses = len(learner.losses)
         epsilon = epsilon_at((episode - 1) * len(tasks))
         trace = simulate(tasks, cluster, policy, cluster.sample_noise(len(tasks), noise_rng))

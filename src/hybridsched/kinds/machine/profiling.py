@@ -27,6 +27,7 @@ import numpy as np
 
 from hybridsched.errors import HybridschedError
 from hybridsched.io import atomic_path
+from hybridsched.progress import progress
 
 GPU_BACKENDS = ("cuda", "mps")
 
@@ -187,7 +188,7 @@ def profile_matmul(settings: ProfileSettings) -> dict[str, Any]:
     backend = gpu_backend() if settings.use_gpu else None
     gpu_error = None
     with torch_threads(settings.threads) as threads:
-        cpu = {n: time_matmul(n, "cpu", settings) for n in settings.sizes}
+        cpu = {n: time_matmul(n, "cpu", settings) for n in progress(settings.sizes, desc="profile cpu", unit="size")}
         gpu: dict[int, dict[str, Any]] = {}
         if backend is not None:
             try:

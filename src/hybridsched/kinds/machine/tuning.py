@@ -18,6 +18,7 @@ import copy
 import hashlib
 import json
 import tempfile
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -205,7 +206,8 @@ def _worker(settings: TuneSettings, cfg: dict[str, Any], fit: TaskTable, val: Ta
         values = _objective_values(m, settings.objectives)
         return values if multi else values[0]
 
-    study.optimize(objective, n_trials=n_trials)
+    # a bar only on a terminal (DVC logs and CI stay quiet)
+    study.optimize(objective, n_trials=n_trials, show_progress_bar=sys.stderr.isatty())
 
 
 def run_study(settings: TuneSettings, cfg: dict[str, Any], train: TaskTable, cluster: Cluster) -> dict[str, Any]:
