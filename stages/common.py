@@ -79,3 +79,17 @@ def run_stage(stage: str, cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any
         rows = result.reset_index().to_dict(orient="records") if isinstance(result, pd.DataFrame) else [result]
         write_json(job / "result.json", {"overrides": list(HydraConfig.get().overrides.task), "rows": rows})
     return result
+
+
+def check_group_options(argv: list[str], conf: Path = Path(__file__).resolve().parents[1] / "conf") -> None:
+    """An unknown option of a config group (``experiment=tiyn``) ends the process with one line
+    listing the known options, before Hydra prints its page of search paths."""
+    for arg in argv:
+        group, sep, option = arg.lstrip("+~").partition("=")
+        folder = conf / group
+        if not sep or "." in group or not folder.is_dir() or option in ("null", "") or "," in option:
+            continue
+        if not (folder / f"{option}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+            print(f"error: {group}={option}: unknown option of config group '{group}'; known: {known}", file=sys.stderr)
+            sys.exit(1)

@@ -5,10 +5,12 @@ Kind-agnostic: the work is ``train_rf(run)`` of the workload's kind (src/hybrids
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from stages.common import run_stage
+from stages.common import check_group_options, run_stage
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -17,4 +19,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_group_options(sys.argv[1:])
     main()

@@ -6,10 +6,12 @@ job instead evaluates the one configuration it was given and returns the objecti
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from stages.common import multirun_dir, run_stage
+from stages.common import check_group_options, multirun_dir, run_stage
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -19,4 +21,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    check_group_options(sys.argv[1:])
     main()

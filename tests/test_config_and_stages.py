@@ -69,3 +69,12 @@ def test_simulate_one_policy_from_the_policy_group(tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in traces.iterdir()) == ["greedy.parquet", "lower_bound.json"]
     assert (pd.read_parquet(traces / "greedy.parquet")["policy"] == "greedy").all()
+
+
+@pytest.mark.parametrize("override", ["experiment=tiyn", "hparams_search=nope", "workload=defualt"])
+def test_a_misspelled_group_option_fails_with_one_line(tmp_path, override):
+    group, option = override.split("=")
+    r = run_stage("generate", override, f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {override}: unknown option of config group '{group}'; known: ")

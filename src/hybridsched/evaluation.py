@@ -71,15 +71,16 @@ def write_report(out: Path, summary: dict[str, Any], table: pd.DataFrame, traces
                  util: pd.DataFrame) -> list[Path]:
     """Write summary.json, policies.csv, the DVC plot tables and the PNGs under ``out``;
     returns the files worth keeping as run artifacts."""
-    from hybridsched.io import write_frame, write_json
+    from hybridsched.io import staged_files, write_frame, write_json
     from hybridsched.plots import save_comparison_pngs
 
-    write_json(out / "summary.json", summary)
-    write_frame(out / "policies.csv", table.round(6).reset_index())
-    write_frame(out / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
-    write_frame(out / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
-    write_frame(out / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
-    pngs = save_comparison_pngs(traces, table, util, out / "plots")
+    with staged_files(out) as tmp:  # all of the report, or none of it
+        write_json(tmp / "summary.json", summary)
+        write_frame(tmp / "policies.csv", table.round(6).reset_index())
+        write_frame(tmp / "plots" / "latency_quantiles.csv", latency_quantiles(traces))
+        write_frame(tmp / "plots" / "utilisation.csv", util[["policy_device", "utilisation"]])
+        write_frame(tmp / "plots" / "energy_cost.csv", table[["energy_j", "cost_usd"]].reset_index())
+        pngs = [out / p.relative_to(tmp) for p in save_comparison_pngs(traces, table, util, tmp / "plots")]
     return [out / "summary.json", out / "policies.csv", *pngs]
 
 

@@ -85,6 +85,26 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def staged_files(dest: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temp folder inside ``dest`` to write a set of files into; only if the block
+    succeeds are they all moved into place (each by an atomic rename, within milliseconds of
+    each other), so an interrupted stage never leaves new files beside stale ones."""
+    import shutil
+
+    target = Path(dest)
+    target.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".staging.", dir=target))
+    try:
+        yield tmp
+        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            final = target / f.relative_to(tmp)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def read_model_meta(path: str | os.PathLike[str], made_by: str) -> dict[str, Any]:
     """A model folder's JSON metadata; ModelFileError (naming the file) when it is missing
     or not a JSON object. ``made_by`` says what writes it, for the 'not found' hint."""
