@@ -78,3 +78,16 @@ def test_a_misspelled_group_option_fails_with_one_line(tmp_path, override):
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {override}: unknown option of config group '{group}'; known: ")
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("workload.rate=-1", "rate"), ("workload.intensity_range=[0.5,0.1]", "intensity_range"), ("cluster.n_gpus=0", "n_gpus"),
+])
+def test_the_check_stage_refuses_bad_settings_before_anything_runs(tmp_path, override, expected):
+    r = run_stage("check", override, f"paths.metrics_dir={tmp_path}", f"hydra.run.dir={tmp_path}", "tracking.enabled=false")
+    assert r.returncode == 1, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], r.stderr
+    assert not (tmp_path / "config_check.json").exists()
+    ok = run_stage("check", f"paths.metrics_dir={tmp_path}", f"hydra.run.dir={tmp_path}", "tracking.enabled=false")
+    assert ok.returncode == 0, ok.stderr

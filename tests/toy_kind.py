@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import compare
 from hybridsched.io import atomic_dir, write_frame, write_json
 from hybridsched.kinds.base import Run, instantiate
@@ -48,6 +49,11 @@ def _serve(jobs: pd.DataFrame, servers: int, policy) -> pd.DataFrame:
 def _stub(run: Run, stage: str) -> dict:
     write_json(run.metrics_dir / f"{stage}.json", {"skipped": f"not run: the toy kind has no {stage}"})
     return {}
+
+
+def check_config(run: Run) -> None:
+    if run.cfg["toy"]["servers"] < 1:
+        raise HybridschedError(f"toy.servers: must be >= 1, got {run.cfg['toy']['servers']}")
 
 
 def profile(run: Run) -> dict: return _stub(run, "profile")

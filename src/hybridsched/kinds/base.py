@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# every kind defines these, with the signature ``fn(run: Run)``
-STAGES = ("profile", "generate", "validate", "train_rf", "train_dqn", "tune", "simulate", "evaluate")
+# every kind defines these, with the signature ``fn(run: Run)``; ``check_config`` raises on
+# a bad setting before anything runs (the DVC stage ``check``)
+STAGES = ("check_config", "profile", "generate", "validate", "train_rf", "train_dqn", "tune", "simulate", "evaluate")
 
 
 @dataclass

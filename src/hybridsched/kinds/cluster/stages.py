@@ -38,6 +38,25 @@ def _splits(run: Run) -> tuple[PodTable, PodTable, NodeTable]:
     return W.read_split(wd, "train"), W.read_split(wd, "test"), W.read_nodes(wd)
 
 
+def check_config(run: Run) -> None:
+    """Every setting this kind reads, checked before the pipeline runs anything (stage
+    ``check``): a bad value or a missing trace file fails here, with one line."""
+    from pathlib import Path
+
+    from hybridsched.rl.dqn import DQNSettings
+
+    Cluster.from_dict(run.cfg["cluster"])
+    w = run.cfg["workload"]
+    for setting, path in (("workload.path", w.get("path")), ("workload.nodes.path", (w.get("nodes") or {}).get("path")),
+                          ("nodes.gavel_path", run.cfg["nodes"]["gavel_path"])):
+        if not path or not Path(path).is_file():
+            raise HybridschedError(f"{setting}: file {path!r} not found (the public traces are under paths.traces "
+                                   f"or $HYBRIDSCHED_TRACES, see docs/traces.md)")
+    DQNSettings.from_dict(run.cfg["nodes"]["dqn"])
+    for spec in run.policy_specs().values():
+        instantiate(spec)
+
+
 def profile(run: Run) -> dict[str, Any]:
     """Nothing to measure: the cluster's speeds are the Gavel table's.  Writes the stage's
     outputs saying so."""

@@ -36,6 +36,22 @@ def _tasks(run: Run, split: str, cluster: Cluster) -> TaskTable:
     return read_tasks(run.workload_dir / f"{split}.parquet", max_memory_mb=cluster.max_task_memory_mb)
 
 
+def check_config(run: Run) -> None:
+    """Every setting this kind reads, checked before the pipeline runs anything (stage
+    ``check``): a bad value fails here, with one line, before DVC deletes any output."""
+    from hybridsched.kinds.machine.dqn import DQNSettings
+    from hybridsched.kinds.machine.tuning import TuneSettings
+    from hybridsched.kinds.machine.workload import spec_from_config
+
+    Cluster.from_dict(run.cfg["cluster"])
+    for split in SPLITS:
+        spec_from_config(run.cfg["workload"], split)
+    DQNSettings.from_dict(run.cfg["dqn"])
+    TuneSettings.from_dict(run.cfg["tune"])
+    for spec in run.policy_specs().values():
+        instantiate(spec)
+
+
 def profile(run: Run) -> dict[str, Any]:
     """Time matrix products on this machine's devices and fit the cost model's constants:
     metrics/profile.json, metrics/plots/profile.png and ``cluster.profile_path``."""
