@@ -15,6 +15,8 @@ from typing import Any
 from hybridsched.kinds.cluster.trace import MILLI, NodeTable, PodTable
 
 QOS_VALUES = ["LS", "BE", "Burstable", "Guaranteed", ""]
+# Said after a failed "no missing values" check: how to get the values.
+MISSING_HINTS = {"duration": " (a pod list without time columns needs workload.untimed_duration_s)"}
 
 
 def pod_suite(nodes: NodeTable):
@@ -44,7 +46,8 @@ def pod_suite(nodes: NodeTable):
         }
         for c, (label, kw) in ranges.items():
             if c in present:
-                suite.append(expect(f"'{c}' has no missing values", gxe.ExpectColumnValuesToNotBeNull, column=c))
+                suite.append(expect(f"'{c}' has no missing values{MISSING_HINTS.get(c, '')}",
+                                    gxe.ExpectColumnValuesToNotBeNull, column=c))
                 suite.append(expect(label, between, column=c, **kw))
         if "arrival" in present:
             suite.append(expect("'arrival' is non-decreasing", gxe.ExpectColumnValuesToBeIncreasing,
