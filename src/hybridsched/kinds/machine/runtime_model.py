@@ -144,8 +144,9 @@ def r2_score(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
     dividing by a zero variance made R² = -10.6 out of rounding noise)."""
     ss_res = ((y - pred) ** 2).sum(axis=0)
     ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ss_tot > 0, 1.0 - ss_res / np.where(ss_tot > 0, ss_tot, 1.0), np.nan)
+    # np.ptp, not ss_tot: the mean of equal floats can differ from them in the last bit
+    varies = (np.ptp(y, axis=0) > 0) & (ss_tot > 0) if len(y) else np.zeros(y.shape[1], dtype=bool)
+    return np.where(varies, 1.0 - ss_res / np.where(varies, ss_tot, 1.0), np.nan)
 
 
 def _mean_or_none(v: np.ndarray) -> float | None:

@@ -87,15 +87,19 @@ class TaskTable:
 # --- reading and checking ---------------------------------------------------------
 
 
-def read_tasks(path: str | Path, max_memory_mb: float | None = None) -> TaskTable:
-    """Read and check a workload file; raise WorkloadError naming the file and problem."""
+def read_tasks(path: str | Path, max_memory_mb: float | None = None, fmt: str | None = None) -> TaskTable:
+    """Read and check a workload file (``fmt`` csv or parquet; None = csv for a ``.csv`` suffix,
+    else parquet); raise WorkloadError naming the file and problem.  Every stage reads its
+    workload through this, so every stage refuses what validate refuses (an empty file too)."""
     p = Path(path)
     if not p.exists():
         raise WorkloadError(f"{p}: file not found")
+    fmt = fmt or ("csv" if p.suffix == ".csv" else "parquet")
     try:
-        df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+        df = pd.read_csv(p) if fmt == "csv" else pd.read_parquet(p)
     except Exception as e:  # parser errors differ by format; keep the message to one line
-        raise WorkloadError(f"{p}: cannot read as {p.suffix.lstrip('.') or 'parquet'}: {str(e).splitlines()[0]}") from e
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise WorkloadError(f"{p}: cannot read as {fmt}: {first}") from e
     return from_frame(df, source=str(p), max_memory_mb=max_memory_mb)
 
 
