@@ -209,3 +209,20 @@ def test_training_on_pods_without_durations_is_one_line(tmp_path: Path) -> None:
     msg = str(e.value)
     assert_one_plain_line(msg)
     assert_documented(msg)
+
+
+def test_an_empty_split_is_refused_by_the_reader_and_validate(tmp_path: Path) -> None:
+    from hybridsched.kinds.cluster.validation import validate_pod_files
+    from hybridsched.kinds.cluster.workload import read_split
+    from hybridsched.kinds.machine.validation import failure_summary
+
+    pods, _ = read_pod_trace(write(tmp_path, GOOD))
+    (tmp_path / "w").mkdir()
+    pods.subset(np.zeros(0, dtype=np.int64)).to_frame().to_parquet(tmp_path / "w" / "test.parquet")
+    path = tmp_path / "w" / "test.parquet"
+    with pytest.raises(WorkloadError) as e:
+        read_split(tmp_path / "w", "test")
+    check(e, path, "FILE: 0 pods (an empty workload has nothing to schedule)")
+    (tmp_path / "nodes.csv").write_text(NODES)
+    report = validate_pod_files({"test": path}, read_node_list(tmp_path / "nodes.csv"))
+    assert report["success"] is False and "0 tasks" in failure_summary(report)

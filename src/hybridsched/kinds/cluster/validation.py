@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsched.kinds.cluster.trace import MILLI, NodeTable, PodTable
+from hybridsched.kinds.machine.schema import MIN_TASKS, NOT_EMPTY
 
 QOS_VALUES = ["LS", "BE", "Burstable", "Guaranteed", ""]
 # Said after a failed "no missing values" check: how to get the values.
@@ -31,7 +32,8 @@ def pod_suite(nodes: NodeTable):
             return cls(meta={"check": label}, **kw)
 
         present = set(columns)
-        suite = [expect(f"column '{c}' exists", gxe.ExpectColumnToExist, column=c) for c in PodTable.COLUMNS]
+        suite = [expect(NOT_EMPTY, gxe.ExpectTableRowCountToBeBetween, min_value=MIN_TASKS)]
+        suite += [expect(f"column '{c}' exists", gxe.ExpectColumnToExist, column=c) for c in PodTable.COLUMNS]
         between = gxe.ExpectColumnValuesToBeBetween
         ranges = {
             "arrival": ("'arrival' >= 0", {"min_value": 0}),

@@ -81,10 +81,14 @@ def import_workload(workload: dict, out_dir: str | Path) -> dict[str, Any]:
 
 
 def read_split(workload_dir: str | Path, split: str) -> PodTable:
+    """The pod table of one split written by generate; WorkloadError if missing or empty."""
     p = Path(workload_dir) / f"{split}.parquet"
     if not p.exists():
         raise WorkloadError(f"{p}: not found (run the generate stage)")
-    return PodTable.from_frame(pd.read_parquet(p), source=str(p))
+    pods = PodTable.from_frame(pd.read_parquet(p), source=str(p))
+    if len(pods) == 0:  # every stage reads its split here: none runs on an empty one
+        raise WorkloadError(f"{p}: 0 pods (an empty workload has nothing to schedule)")
+    return pods
 
 
 def read_nodes(workload_dir: str | Path) -> NodeTable:
