@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 _UMASK = os.umask(0)
@@ -33,9 +35,35 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write ``obj`` as indented JSON, atomically."""
+    """Write ``obj`` as indented strict JSON, atomically.  NaN and infinity (which JSON does not
+    have; ``json.dumps`` would write a bare ``NaN`` that DVC and other readers reject) become
+    ``null``; ``allow_nan=False`` makes sure none slips through."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+        tmp.write_text(json_text(obj))
+
+
+def json_safe(obj: Any, fallback: Any = None) -> Any:
+    """``obj`` with numpy scalars and arrays as Python values and non-finite floats as None.
+    ``fallback(o)`` turns any other object into something JSON can hold (default: numpy's
+    ``item``/``tolist``, else TypeError)."""
+    fallback = fallback or _json_default
+    if isinstance(obj, np.ndarray | np.generic):
+        obj = obj.tolist()  # also np.generic: its Python scalar
+    if isinstance(obj, dict):
+        return {k if isinstance(k, str | int | float | bool) or k is None else str(k): json_safe(v, fallback)
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v, fallback) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, str | int | bool) or obj is None:
+        return obj
+    return json_safe(fallback(obj), fallback)
+
+
+def json_text(obj: Any, fallback: Any = None) -> str:
+    """Indented strict JSON of ``obj`` (see :func:`json_safe`), with a final newline."""
+    return json.dumps(json_safe(obj, fallback), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

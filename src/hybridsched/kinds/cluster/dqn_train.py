@@ -10,7 +10,6 @@ torch is imported inside the functions.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.errors import ModelFileError
-from hybridsched.io import atomic_dir, read_model_meta
+from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, run_inputs
 from hybridsched.kinds.cluster.dqn import ACTIONS, NodeDQN, n_state
 from hybridsched.progress import progress
@@ -97,7 +96,7 @@ def save_node_dqn(model_dir: str | Path, policy: NodeDQN, settings: dict, extra_
             "n_state": n_state(len(policy.gpu_models)), "settings": settings, **(extra_meta or {})}
     with atomic_dir(model_dir) as tmp:
         torch.save([torch.from_numpy(np.ascontiguousarray(w)) for w in policy.weights], tmp / MODEL_FILE)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        (tmp / META_FILE).write_text(json_text(meta, str))
     return Path(model_dir)
 
 

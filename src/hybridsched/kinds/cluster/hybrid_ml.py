@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.kinds.cluster.policies import EstimatePolicy
 
@@ -17,6 +19,7 @@ class HybridML(EstimatePolicy):
         self.model_dir = model_dir
         self.rf = dict(rf or {})
         self.model = None
+        self.warning: str | None = None  # set by fit when the model fell back to a constant
 
     def fit(self, train: PodTable) -> None:
         from hybridsched.kinds.cluster.runtime_model import load_pod_runtime, train_pod_runtime
@@ -25,6 +28,10 @@ class HybridML(EstimatePolicy):
             self.model, self.fit_metrics = train_pod_runtime(train, self.rf)
         else:
             self.model = load_pod_runtime(self.model_dir)
+        # a constant training target: the documented fallback (runtime_model.py), said out loud
+        self.warning = self.model.warning
+        if self.warning:
+            warnings.warn(f"{self.name}: {self.warning}", stacklevel=2)
 
     def prepare(self, inp, cluster) -> None:
         super().prepare(inp, cluster)

@@ -9,11 +9,18 @@ what the policy uses the estimate for).
 
 Saved like ``runtime_model``: skops with an explicit trusted-type list (no pickle) plus
 ``meta.json`` with the feature names, checked on load.
+
+A constant target (every training pod has the same duration, e.g. an untimed pod list run
+with ``workload.untimed_duration_s``) has nothing to learn: R² and Spearman are undefined
+(reported as null), importances are 0, the metrics carry a ``warning``, and the model
+predicts exactly that duration for every pod, so ``hybrid_ml`` falls back to a documented
+rule: the queue in arrival order (FIFO: equal estimates tie, ties go by arrival) and each
+pod on the feasible node with the fastest GPU model (EFT with the constant as estimate),
+instead of ordering the queue by floating-point noise of the forest.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +29,7 @@ import numpy as np
 
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.io import atomic_dir, read_model_meta
+from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.machine.runtime_model import SKOPS_TRUSTED, make_estimator, r2_score
 
 QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
@@ -47,11 +54,25 @@ class PodRuntimeModel:
     estimator: Any
     kind: str = "random_forest"
     config: dict = field(default_factory=dict)
+    constant_s: float | None = None  # set when the training target was constant: predict exactly this
 
     def predict_seconds(self, pods: PodTable) -> np.ndarray:
         if len(pods) == 0:
             return np.zeros(0)
+        if self.constant_s is not None:
+            return np.full(len(pods), self.constant_s)
         return np.exp(np.asarray(self.estimator.predict(pod_features(pods)), dtype=np.float64))
+
+    @property
+    def warning(self) -> str | None:
+        """Why the model is a constant (None for a learned model)."""
+        return None if self.constant_s is None else constant_warning(self.constant_s)
+
+
+def constant_warning(value_s: float) -> str:
+    """The one-line warning of a constant training target."""
+    return (f"every training pod has the same duration ({value_s:g} s; an untimed pod list?): nothing to learn, "
+            f"so hybrid_ml falls back to FIFO queue order with {value_s:g} s as every pod's estimate")
 
 
 def train_pod_runtime(train: PodTable, cfg: dict) -> tuple[PodRuntimeModel, dict]:
@@ -64,7 +85,13 @@ def train_pod_runtime(train: PodTable, cfg: dict) -> tuple[PodRuntimeModel, dict
         raise HybridschedError(f"rf.model: the pod duration model supports random_forest only, got {kind!r}")
     seed = int(cfg.get("seed", 0))
     test_fraction = float(cfg.get("test_fraction", 0.2))
+    if len(train) < 2 or not np.all(np.isfinite(train.duration) & (train.duration > 0)):
+        raise HybridschedError(f"rf: the pod duration model needs >= 2 training pods with a duration > 0 "
+                               f"(got {len(train)} pods, {int(np.sum(~np.isfinite(train.duration)))} without a "
+                               f"duration: an untimed pod list needs workload.untimed_duration_s)")
     F, y = pod_features(train), np.log(train.duration)
+    if np.ptp(y) == 0:
+        return _constant_model(train, kind, cfg)
     order = np.random.default_rng(seed).permutation(len(train))
     n_test = max(1, int(round(test_fraction * len(train))))
     te, tr = order[:n_test], order[n_test:]
@@ -82,6 +109,19 @@ def train_pod_runtime(train: PodTable, cfg: dict) -> tuple[PodRuntimeModel, dict
                                              int(cfg.get("importance_repeats", 3))),
     }
     return model, metrics
+
+
+def _constant_model(train: PodTable, kind: str, cfg: dict) -> tuple[PodRuntimeModel, dict]:
+    """A model that predicts the one training duration (see the module docstring), still with a
+    fitted (trivial) forest so the saved model has the usual files."""
+    value = float(train.duration[0])
+    est = make_estimator(kind, cfg.get(kind) or {}, int(cfg.get("seed", 0)))
+    est.fit(pod_features(train), np.log(train.duration))
+    metrics = {"model": kind, "target": "log duration (s)", "n_train": int(len(train)), "n_test": 0,
+               "constant_target": True, "constant_s": value, "warning": constant_warning(value),
+               "r2": None, "spearman": None, "mae_log": 0.0, "mae_s": {"duration": 0.0},
+               "importance": {name: 0.0 for name in FEATURE_NAMES}}
+    return PodRuntimeModel(est, kind, dict(cfg), constant_s=value), metrics
 
 
 def permutation_importance(est: Any, F: np.ndarray, y: np.ndarray, rng: np.random.Generator,
@@ -104,10 +144,10 @@ def save_pod_runtime(model: PodRuntimeModel, model_dir: str | Path, extra_meta: 
     import skops.io as sio
 
     meta = {"format": FORMAT, "kind": model.kind, "features": list(FEATURE_NAMES), "config": model.config,
-            **(extra_meta or {})}
+            "constant_s": model.constant_s, **(extra_meta or {})}
     with atomic_dir(model_dir) as tmp:
         sio.dump(model.estimator, tmp / MODEL_FILE)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        (tmp / META_FILE).write_text(json_text(meta, str))
     return Path(model_dir)
 
 
@@ -125,4 +165,6 @@ def load_pod_runtime(model_dir: str | Path) -> PodRuntimeModel:
     except Exception as e:  # zip errors, untrusted types
         raise ModelFileError(f"{d / MODEL_FILE}: unreadable or untrusted skops model "
                              f"({type(e).__name__}: {e})") from None
-    return PodRuntimeModel(est, meta["kind"], meta.get("config") or {})
+    constant = meta.get("constant_s")
+    return PodRuntimeModel(est, meta["kind"], meta.get("config") or {},
+                           constant_s=None if constant is None else float(constant))

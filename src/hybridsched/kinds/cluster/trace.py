@@ -16,8 +16,11 @@ Two files of ``cluster-trace-gpu-v2023/csv/``, read by path (never copied into t
   - SLO class ``qos`` (LS, BE, Burstable, Guaranteed; ``""`` where the file has no column);
   - allowed GPU models ``gpu_spec`` (``"V100M16|V100M32"``; empty = any model).
 
-  Rows without a usable duration (never scheduled, a missing time, deletion not after
-  scheduling) are dropped and counted per reason in the :class:`ImportReport`.  A missing
+  Rows without a usable duration (never scheduled, a missing time, created after its deletion
+  or its scheduling, deletion not after scheduling), a repeated pod name and a truncated last
+  line are dropped and counted per reason (:data:`DROP_REASONS`) in the :class:`ImportReport`;
+  every ``kept_by_*`` breakdown sums to ``rows_kept``.  A file with a header and no rows is
+  an error ("no pods in FILE").  A missing
   resource column, a value that is not a number, or a resource value out of range raises
   :class:`WorkloadError` naming the file, column, row and pod.  The three time columns are
   optional as a group: ``openb_pod_list_multigpu20.csv`` has none (it was made for the paper's
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +54,13 @@ GPU_SPEC_SEP = "|"
 MILLI = 1000  # one whole GPU / one CPU core
 
 # Why a row is dropped, in the order the checks run (a row counts under its first reason).
-DROP_REASONS = ("never_scheduled", "missing_creation_time", "missing_deletion_time", "deleted_before_scheduled",
-                "zero_duration")
+# ``truncated_last_line``: the file's last line has fewer fields than the header (a cut-off
+# download); ``duplicate_name``: a pod name seen on an earlier row (the first one is kept).
+FILE_DROP_REASONS = ("truncated_last_line", "duplicate_name")
+TIME_DROP_REASONS = ("never_scheduled", "missing_creation_time", "missing_deletion_time", "created_after_deleted",
+                     "scheduled_before_created", "deleted_before_scheduled", "zero_duration")
+DROP_REASONS = (*FILE_DROP_REASONS, *TIME_DROP_REASONS)
+N_EXAMPLES = 5
 
 
 class _Columns:
@@ -124,6 +133,8 @@ class ImportReport:
     max_tasks: int | None = None
     rows_over_max_tasks: int = 0
     censored_at_trace_end: int = 0  # kept pods still running when the trace ended
+    duplicate_names: list[str] = field(default_factory=list)  # the first few repeated pod names
+    truncated_line: int | None = None  # line number of a truncated last line (dropped)
     kept_by_kind: dict[str, int] = field(default_factory=dict)
     kept_by_qos: dict[str, int] = field(default_factory=dict)
     kept_by_phase: dict[str, int] = field(default_factory=dict)
@@ -138,10 +149,15 @@ class ImportReport:
 
 
 def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: int | None = None,
-                   untimed_duration_s: float | None = None) -> tuple[PodTable, ImportReport]:
+                   untimed_duration_s: float | None = None,
+                   keep_pods: tuple[str, Callable[[PodTable], np.ndarray]] | None = None,
+                   ) -> tuple[PodTable, ImportReport]:
     """Read a pod list CSV into a :class:`PodTable` sorted by arrival, and what was dropped.
 
     ``max_tasks`` keeps the first pods by creation time (after dropping unusable rows).
+    ``keep_pods = (reason, test)``: after that, drop the pods where ``test(pods)`` is False and
+    count them under ``reason`` (e.g. ``fits_no_sampled_node``), before the breakdowns are
+    counted, so every ``kept_by_*`` sums to ``rows_kept``.
     Raises WorkloadError naming file, column and row for a missing column or a bad value."""
     if not time_compression > 0:
         raise WorkloadError(f"workload.time_compression must be > 0, got {time_compression}")
@@ -150,6 +166,8 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
     p = Path(path)
     raw = _read_csv(p, POD_RESOURCE_COLUMNS, "pod list")
     src = str(p)
+    if len(raw) == 0:
+        raise WorkloadError(f"no pods in {src} (the file has a header and no rows)")
     times_present = [c for c in POD_TIME_COLUMNS if c in raw.columns]
     if times_present and len(times_present) < len(POD_TIME_COLUMNS):
         absent = [c for c in POD_TIME_COLUMNS if c not in raw.columns]
@@ -160,7 +178,22 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
     absent = [c for c in (*POD_OPTIONAL_COLUMNS, *POD_TIME_COLUMNS) if c not in raw.columns]
     report = ImportReport(path=src, sha256=_sha256(p), rows_read=n, timed=timed, columns_missing=absent,
                           time_compression=float(time_compression), max_tasks=max_tasks)
+    report.dropped = {r: 0 for r in DROP_REASONS}
+    keep = np.ones(n, dtype=bool)
+    truncated = raw.attrs.get("truncated_last_row")
+    if truncated is not None and n == 1:
+        raise WorkloadError(f"no pods in {src}: its only line ({raw.attrs['truncated_line']}) is truncated")
+    if truncated is not None:  # replace its fields so the parsers below see a whole, dropped row
+        keep[truncated] = False
+        report.dropped["truncated_last_line"] = 1
+        report.truncated_line = int(raw.attrs["truncated_line"])
+        raw = raw.copy()
+        raw.iloc[truncated] = raw.iloc[0]
     names = raw["name"].to_numpy(dtype=object)
+    dup = pd.Series(names).duplicated(keep="first").to_numpy() & keep
+    report.dropped["duplicate_name"] = int(dup.sum())
+    report.duplicate_names = sorted({str(x) for x in names[dup]})[:N_EXAMPLES]
+    keep &= ~dup
 
     cpu = _numeric(raw, "cpu_milli", src, names, required=True)
     mem = _numeric(raw, "memory_mib", src, names, required=True)
@@ -177,7 +210,6 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
     phase = _text(raw, "pod_phase")
     spec = np.array([_norm_spec(s) for s in _text(raw, "gpu_spec")], dtype=object)
 
-    keep = np.ones(n, dtype=bool)
     if timed:
         created = _numeric(raw, "creation_time", src, names)
         deleted = _numeric(raw, "deletion_time", src, names)
@@ -187,10 +219,12 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
             "never_scheduled": np.isnan(sched),
             "missing_creation_time": np.isnan(created),
             "missing_deletion_time": np.isnan(deleted),
+            "created_after_deleted": created > deleted,
+            "scheduled_before_created": sched < created,
             "deleted_before_scheduled": duration < 0,
             "zero_duration": duration == 0,
         }
-        for reason in DROP_REASONS:
+        for reason in TIME_DROP_REASONS:
             hit = reasons[reason] & keep
             report.dropped[reason] = int(hit.sum())
             keep &= ~hit
@@ -205,7 +239,6 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
             raise WorkloadError(f"workload.untimed_duration_s must be > 0 or null, got {untimed_duration_s}")
         duration = np.full(n, fill)
         wait = np.full(n, np.nan)
-        report.dropped = {r: 0 for r in DROP_REASONS}
 
     rows = np.flatnonzero(keep)
     rows = rows[np.argsort(created[rows], kind="stable")]  # ties keep file order
@@ -226,6 +259,11 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
         gpu_spec=spec[rows],
         trace_wait=wait[rows].astype(np.float64),
     )
+    if keep_pods is not None:
+        reason, test = keep_pods
+        ok = np.asarray(test(pods), dtype=bool)
+        report.dropped[reason] = int((~ok).sum())
+        rows, pods = rows[ok], pods.subset(np.flatnonzero(ok))
     report.rows_kept = len(pods)
     report.censored_at_trace_end = int(np.sum(deleted[rows] == end_of_trace)) if timed else 0
     report.kept_by_kind = task_kinds(pods)
@@ -275,7 +313,32 @@ def _read_csv(p: Path, required: tuple[str, ...], what: str) -> pd.DataFrame:
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise WorkloadError(f"{p}: missing column(s) {', '.join(missing)} (a {what} needs {', '.join(required)})")
+    short = _short_rows(p, len(df.columns))
+    if short and (len(short) > 1 or short[0][0] != len(df) - 1):
+        row, line, k = next(s for s in short if s[0] != len(df) - 1)
+        raise WorkloadError(f"{p}: line {line} has {k} of {len(df.columns)} fields ({len(short)} short line(s))")
+    if short:  # only the last line: a cut-off file; the caller decides what to do with it
+        df.attrs["truncated_last_row"], df.attrs["truncated_line"] = short[0][0], short[0][1]
     return df
+
+
+def _short_rows(p: Path, n_fields: int) -> list[tuple[int, int, int]]:
+    """``(data row, line number, fields)`` of each record with fewer fields than the header
+    (pandas would fill the missing ones with empty values and say nothing)."""
+    import csv
+
+    out = []
+    with p.open(newline="") as f:
+        reader = csv.reader(f, skipinitialspace=True)
+        next(reader, None)  # the header
+        row = 0
+        for fields in reader:
+            if not fields:  # blank lines, which pandas skips too
+                continue
+            if len(fields) < n_fields:
+                out.append((row, reader.line_num, len(fields)))
+            row += 1
+    return out
 
 
 def _numeric(raw: pd.DataFrame, col: str, src: str, names: np.ndarray, required: bool = False) -> np.ndarray:
@@ -354,6 +417,11 @@ def read_node_list(path: str | Path, sample: dict | None = None) -> NodeTable:
     p = Path(path)
     raw = _read_csv(p, NODE_COLUMNS, "node list")
     src = str(p)
+    if "truncated_last_row" in raw.attrs:  # a node list cut short would silently shrink the cluster
+        raise WorkloadError(f"{src}: the last line ({raw.attrs['truncated_line']}) is truncated "
+                            f"(fewer fields than the header); the file is incomplete")
+    if len(raw) == 0:
+        raise WorkloadError(f"no nodes in {src} (the file has a header and no rows)")
     names = raw["sn"].to_numpy(dtype=object)
     cpu = _numeric(raw, "cpu_milli", src, names, required=True)
     mem = _numeric(raw, "memory_mib", src, names, required=True)

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from hybridsched.kinds.cluster.trace import MILLI, NodeTable, PodTable
+from hybridsched.kinds.machine.schema import MIN_TASKS, NOT_EMPTY
 
 QOS_VALUES = ["LS", "BE", "Burstable", "Guaranteed", ""]
+# Said after a failed "no missing values" check: how to get the values.
+MISSING_HINTS = {"duration": " (a pod list without time columns needs workload.untimed_duration_s)"}
 
 
 def pod_suite(nodes: NodeTable):
@@ -29,7 +32,8 @@ def pod_suite(nodes: NodeTable):
             return cls(meta={"check": label}, **kw)
 
         present = set(columns)
-        suite = [expect(f"column '{c}' exists", gxe.ExpectColumnToExist, column=c) for c in PodTable.COLUMNS]
+        suite = [expect(NOT_EMPTY, gxe.ExpectTableRowCountToBeBetween, min_value=MIN_TASKS)]
+        suite += [expect(f"column '{c}' exists", gxe.ExpectColumnToExist, column=c) for c in PodTable.COLUMNS]
         between = gxe.ExpectColumnValuesToBeBetween
         ranges = {
             "arrival": ("'arrival' >= 0", {"min_value": 0}),
@@ -44,7 +48,8 @@ def pod_suite(nodes: NodeTable):
         }
         for c, (label, kw) in ranges.items():
             if c in present:
-                suite.append(expect(f"'{c}' has no missing values", gxe.ExpectColumnValuesToNotBeNull, column=c))
+                suite.append(expect(f"'{c}' has no missing values{MISSING_HINTS.get(c, '')}",
+                                    gxe.ExpectColumnValuesToNotBeNull, column=c))
                 suite.append(expect(label, between, column=c, **kw))
         if "arrival" in present:
             suite.append(expect("'arrival' is non-decreasing", gxe.ExpectColumnValuesToBeIncreasing,

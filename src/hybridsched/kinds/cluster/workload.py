@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybridsched.kinds.cluster.trace import NodeTable, PodTable, chronological_split, read_node_list, read_pod_trace
+from hybridsched.kinds.cluster.trace import (
+    POD_TIME_COLUMNS,
+    NodeTable,
+    PodTable,
+    chronological_split,
+    read_node_list,
+    read_pod_trace,
+)
 from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import WorkloadError
 from hybridsched.io import write_frame
@@ -28,24 +35,27 @@ SPLITS = ("train", "test")
 
 
 def load_workload(workload: dict) -> tuple[PodTable, PodTable, NodeTable, dict[str, Any]]:
-    """Import the pod trace and node list, drop pods no sampled node can ever hold (counted),
-    split chronologically: ``(train, test, nodes, report)``, nothing written."""
-    pods, report = read_pod_trace(workload["path"], float(workload.get("time_compression", 1.0)),
-                                  workload.get("max_tasks"), workload.get("untimed_duration_s"))
+    """Import the pod trace and node list, drop pods no sampled node can ever hold (counted as
+    ``fits_no_sampled_node``), split chronologically: ``(train, test, nodes, report)``, nothing
+    written.  An untimed pod list needs ``workload.untimed_duration_s``."""
     node_cfg = workload.get("nodes") or {}
     if "path" not in node_cfg:
         raise WorkloadError("workload.nodes.path: missing (the node list CSV of the trace)")
     nodes = read_node_list(node_cfg["path"], node_cfg.get("sample"))
-    ok = fits_some_node(pods, nodes)
-    kept = pods.subset(np.flatnonzero(ok))
-    if len(kept) < 2:
-        raise WorkloadError(f"{workload['path']}: only {len(kept)} pod(s) fit the sampled nodes")
+    untimed = workload.get("untimed_duration_s")
+    pods, report = read_pod_trace(workload["path"], float(workload.get("time_compression", 1.0)),
+                                  workload.get("max_tasks"), untimed,
+                                  keep_pods=("fits_no_sampled_node", lambda p: fits_some_node(p, nodes)))
+    if not report.timed and untimed is None:
+        raise WorkloadError(f"{workload['path']}: no time columns ({', '.join(POD_TIME_COLUMNS)}), so no pod has "
+                            f"a duration; set workload.untimed_duration_s (seconds every pod runs) to use it")
+    if len(pods) < 2:
+        dropped = ", ".join(f"{k} {v}" for k, v in report.dropped.items() if v) or "none"
+        raise WorkloadError(f"{workload['path']}: only {len(pods)} of {report.rows_read} pod(s) left to "
+                            f"schedule (dropped: {dropped})")
     test_fraction = float(workload.get("test_fraction", 0.5))
-    train, test = chronological_split(kept, test_fraction)
-    rep = report.to_dict()
-    rep["dropped"]["fits_no_sampled_node"] = int((~ok).sum())
-    rep["rows_kept"] = len(kept)
-    rep = {"kind": "cluster", "workload": workload.get("name"), **rep,
+    train, test = chronological_split(pods, test_fraction)
+    rep = {"kind": "cluster", "workload": workload.get("name"), **report.to_dict(),
            "split": {"train": len(train), "test": len(test), "test_fraction": test_fraction,
                      "train_span_s": float(train.arrival.max()), "test_span_s": float(test.arrival.max())},
            "nodes": {"path": str(node_cfg["path"]), "sample": node_cfg.get("sample"), **nodes.summary()}}
@@ -63,10 +73,14 @@ def import_workload(workload: dict, out_dir: str | Path) -> dict[str, Any]:
 
 
 def read_split(workload_dir: str | Path, split: str) -> PodTable:
+    """The pod table of one split written by generate; WorkloadError if missing or empty."""
     p = Path(workload_dir) / f"{split}.parquet"
     if not p.exists():
         raise WorkloadError(f"{p}: not found (run the generate stage)")
-    return PodTable.from_frame(pd.read_parquet(p), source=str(p))
+    pods = PodTable.from_frame(pd.read_parquet(p), source=str(p))
+    if len(pods) == 0:  # every stage reads its split here: none runs on an empty one
+        raise WorkloadError(f"{p}: 0 pods (an empty workload has nothing to schedule)")
+    return pods
 
 
 def read_nodes(workload_dir: str | Path) -> NodeTable:

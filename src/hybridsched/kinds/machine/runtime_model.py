@@ -10,6 +10,13 @@ estimator so a batch needs one ``predict`` call.
 Labels are the times a run would actually take: nominal time times the lognormal noise
 that ``Cluster.sample_noise`` draws for a seeded run.
 
+A target that is constant over the training tasks (e.g. every task the same size, no noise)
+has nothing to learn: its R² is undefined (null in the metrics), it is left out of the
+permutation importances (0 for every feature when both targets are constant), the metrics
+carry a ``warning``, and the model predicts exactly that value (``RuntimeModel.constant``),
+so ``hybrid_ml`` falls back to EFT with the training mean as every task's estimate instead
+of acting on the forest's floating-point noise.
+
 Saved models are safe formats only: scikit-learn via skops with an explicit list of
 trusted types (no pickle), XGBoost as UBJSON; ``meta.json`` beside the model holds the
 feature list, targets, estimator kind and training config, and is checked on load.
@@ -17,7 +24,6 @@ feature list, targets, estimator kind and training config, and is checked on loa
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +33,7 @@ import numpy as np
 
 from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.io import atomic_dir, read_model_meta
+from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.machine.features import FEATURE_NAMES, task_features
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S
 
@@ -49,6 +55,19 @@ class RuntimeModel:
     feature_names: tuple[str, ...] = FEATURE_NAMES
     targets: tuple[str, ...] = TARGETS
     config: dict = field(default_factory=dict)
+    # per target: the exact log value to predict when the training target was constant, else NaN
+    constant: tuple[float, ...] | None = None
+
+    @property
+    def warning(self) -> str | None:
+        """Why some predictions are a constant (None for a learned model)."""
+        const = self._constant()
+        if const is None or np.isnan(const).all():
+            return None
+        return constant_warning({t: float(np.exp(v)) for t, v in zip(self.targets, const) if not np.isnan(v)})
+
+    def _constant(self) -> np.ndarray | None:
+        return None if self.constant is None else np.asarray(self.constant, dtype=np.float64)
 
     def predict_log(self, F: np.ndarray) -> np.ndarray:
         """``(n, 2)`` predicted ``[log C, log G]`` for feature rows ``F``: one batched call."""
@@ -58,7 +77,12 @@ class RuntimeModel:
             out = self.estimator.get_booster().inplace_predict(F)
         else:
             out = self.estimator.predict(F)
-        return np.asarray(out, dtype=np.float64).reshape(len(F), len(self.targets))
+        out = np.asarray(out, dtype=np.float64).reshape(len(F), len(self.targets))
+        const = self._constant()
+        if const is not None:
+            fixed = ~np.isnan(const)
+            out[:, fixed] = const[fixed]
+        return out
 
     def predict_seconds(self, X: np.ndarray) -> np.ndarray:
         """``(n, 2)`` predicted ``[C, G]`` in seconds for the task matrix ``X``."""
@@ -66,6 +90,22 @@ class RuntimeModel:
 
 
 # --- labels and fitting -------------------------------------------------------------
+
+
+def constant_warning(values_s: dict[str, float]) -> str:
+    """The one-line warning of constant training targets (target -> its value in seconds)."""
+    shown = ", ".join(f"{t.removeprefix('log_')} = {v:g} s" for t, v in values_s.items())
+    return (f"constant training target ({shown}): nothing to learn, so hybrid_ml falls back to "
+            f"EFT with that value as every task's estimate")
+
+
+def constant_targets(y: np.ndarray) -> np.ndarray:
+    """Per target column: its value where the column is constant, else NaN."""
+    const = np.full(y.shape[1], np.nan)
+    if len(y):
+        same = np.ptp(y, axis=0) == 0
+        const[same] = y[0, same]
+    return const
 
 
 def runtime_labels(X: np.ndarray, cluster: Cluster, rng: np.random.Generator) -> np.ndarray:
@@ -100,10 +140,20 @@ def fit_model(kind: str, F: np.ndarray, y: np.ndarray, params: dict, seed: int =
 
 
 def r2_score(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Coefficient of determination per column."""
+    """Coefficient of determination per column; NaN for a constant column (undefined there:
+    dividing by a zero variance made R² = -10.6 out of rounding noise)."""
     ss_res = ((y - pred) ** 2).sum(axis=0)
     ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-    return 1.0 - ss_res / np.maximum(ss_tot, 1e-300)
+    # np.ptp, not ss_tot: the mean of equal floats can differ from them in the last bit
+    varies = (np.ptp(y, axis=0) > 0) & (ss_tot > 0) if len(y) else np.zeros(y.shape[1], dtype=bool)
+    return np.where(varies, 1.0 - ss_res / np.where(varies, ss_tot, 1.0), np.nan)
+
+
+def _mean_or_none(v: np.ndarray) -> float | None:
+    """Mean over the defined (finite) entries; None (JSON null) when none is."""
+    v = np.asarray(v, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if len(v) else None
 
 
 def score_model(model: RuntimeModel, F: np.ndarray, y: np.ndarray) -> dict:
@@ -114,7 +164,7 @@ def score_model(model: RuntimeModel, F: np.ndarray, y: np.ndarray) -> dict:
     mae = np.abs(np.exp(y) - np.exp(pred)).mean(axis=0)
     names = [t.removeprefix("log_") for t in model.targets]
     return {
-        "r2": float(r2_log.mean()),
+        "r2": _mean_or_none(r2_log),
         "r2_log": dict(zip(model.targets, r2_log.tolist())),
         "r2_seconds": dict(zip(names, r2_s.tolist())),
         "mae_s": dict(zip(names, mae.tolist())),
@@ -129,14 +179,17 @@ def permutation_importance(model: RuntimeModel, F: np.ndarray, y: np.ndarray, rn
     ``repeats = 0`` skips it (an empty dict), e.g. inside tuning trials."""
     if repeats <= 0:
         return {}
-    base = r2_score(y, model.predict_log(F)).mean()
+    varied = np.ptp(y, axis=0) > 0 if len(y) else np.zeros(y.shape[1], dtype=bool)
+    if not varied.any():  # constant targets: no feature can matter
+        return {name: 0.0 for name in model.feature_names}
+    base = r2_score(y, model.predict_log(F))[varied].mean()
     out = {}
     for j, name in enumerate(model.feature_names):
         drops = []
         for _ in range(repeats):
             G = F.copy()
             G[:, j] = rng.permutation(G[:, j])
-            drops.append(base - r2_score(y, model.predict_log(G)).mean())
+            drops.append(base - r2_score(y, model.predict_log(G))[varied].mean())
         out[name] = float(np.mean(drops))
     return out
 
@@ -167,6 +220,9 @@ def train_runtime_model(X: np.ndarray, cluster: Cluster, cfg: dict) -> tuple[Run
     t0 = time.perf_counter()
     model = fit_model(kind, F[train], y[train], cfg.get(kind) or {}, seed, config=cfg)
     fit_s = time.perf_counter() - t0
+    const = constant_targets(y[train])
+    if not np.isnan(const).all():
+        model.constant = tuple(float(c) for c in const)
     scores = score_model(model, F[test], y[test])
     importance = permutation_importance(model, F[test], y[test], perm_rng, int(cfg.get("importance_repeats", 3)))
     metrics = {
@@ -177,6 +233,9 @@ def train_runtime_model(X: np.ndarray, cluster: Cluster, cfg: dict) -> tuple[Run
         "importance": dict(sorted(importance.items(), key=lambda kv: -kv[1])),
         "fit_s": fit_s,
     }
+    if model.warning:
+        metrics.update(constant_target=[t for t, c in zip(model.targets, const) if not np.isnan(c)],
+                       warning=model.warning)
     return model, metrics
 
 
@@ -194,6 +253,7 @@ def save_model(model: RuntimeModel, model_dir: str | Path, extra_meta: dict | No
         "features": list(model.feature_names),
         "targets": list(model.targets),
         "config": model.config,
+        "constant": None if model.constant is None else list(model.constant),
         **(extra_meta or {}),
     }
     with atomic_dir(model_dir) as tmp:
@@ -203,7 +263,7 @@ def save_model(model: RuntimeModel, model_dir: str | Path, extra_meta: dict | No
             import skops.io as sio
 
             sio.dump(model.estimator, tmp / file_name)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=_json_default) + "\n")
+        (tmp / META_FILE).write_text(json_text(meta, _json_default))
     return model_dir
 
 
@@ -232,7 +292,9 @@ def load_model(model_dir: str | Path) -> RuntimeModel:
     n_in = getattr(estimator, "n_features_in_", None)
     if n_in is not None and int(n_in) != len(FEATURE_NAMES):
         raise ModelFileError(f"{path}: estimator expects {n_in} features, metadata lists {len(FEATURE_NAMES)}")
-    return RuntimeModel(kind, estimator, features, targets, dict(meta.get("config") or {}))
+    const = meta.get("constant")
+    const = None if const is None else tuple(np.nan if c is None else float(c) for c in const)
+    return RuntimeModel(kind, estimator, features, targets, dict(meta.get("config") or {}), const)
 
 
 def _load_estimator(kind: str, path: Path) -> Any:

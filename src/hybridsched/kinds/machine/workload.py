@@ -8,7 +8,6 @@ parent task ids it depends on.  Files are parquet (``deps`` as a list column) or
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +15,15 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import WorkloadError
-
-REQUIRED_COLUMNS = ("task_id", "arrival", "size", "intensity", "memory_mb")
-OPTIONAL_COLUMNS = ("priority", "deadline", "deps")
+from hybridsched.kinds.machine.schema import (
+    MIN_TASKS,
+    OPTIONAL_COLUMNS,  # noqa: F401  (re-exported: the columns a file may have)
+    REQUIRED_COLUMNS,
+    TASK_SCHEMA,
+    ColumnRule,
+    deps_problems,
+    parse_ids,
+)
 
 
 @dataclass
@@ -82,130 +87,106 @@ class TaskTable:
 # --- reading and checking ---------------------------------------------------------
 
 
-def read_tasks(path: str | Path, max_memory_mb: float | None = None) -> TaskTable:
-    """Read and check a workload file; raise WorkloadError naming the file and problem."""
+def read_tasks(path: str | Path, max_memory_mb: float | None = None, fmt: str | None = None) -> TaskTable:
+    """Read and check a workload file (``fmt`` csv or parquet; None = csv for a ``.csv`` suffix,
+    else parquet); raise WorkloadError naming the file and problem.  Every stage reads its
+    workload through this, so every stage refuses what validate refuses (an empty file too)."""
     p = Path(path)
     if not p.exists():
         raise WorkloadError(f"{p}: file not found")
+    fmt = fmt or ("csv" if p.suffix == ".csv" else "parquet")
     try:
-        df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+        df = pd.read_csv(p) if fmt == "csv" else pd.read_parquet(p)
     except Exception as e:  # parser errors differ by format; keep the message to one line
-        raise WorkloadError(f"{p}: cannot read as {p.suffix.lstrip('.') or 'parquet'}: {str(e).splitlines()[0]}") from e
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise WorkloadError(f"{p}: cannot read as {fmt}: {first}") from e
     return from_frame(df, source=str(p), max_memory_mb=max_memory_mb)
 
 
 def from_frame(df: pd.DataFrame, source: str = "<frame>", max_memory_mb: float | None = None) -> TaskTable:
-    """Check a task DataFrame and turn it into a TaskTable."""
+    """Check a task DataFrame against the schema (``schema.py``, the rules validate runs too) and
+    turn it into a TaskTable; WorkloadError (one line, naming ``source``) at the first broken rule."""
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise WorkloadError(f"{source}: missing column(s) {', '.join(missing)}")
+    if len(df) < MIN_TASKS:
+        raise WorkloadError(f"{source}: 0 tasks (an empty workload has nothing to schedule)")
     cols: dict[str, np.ndarray] = {}
-    for c in REQUIRED_COLUMNS:
-        try:
-            cols[c] = pd.to_numeric(df[c], errors="raise").to_numpy(dtype=np.float64)
-        except (ValueError, TypeError) as e:
-            raise WorkloadError(f"{source}: column '{c}' is not numeric ({str(e).splitlines()[0]})") from e
-        _check(np.isfinite(cols[c]), source, c, "NaN or infinite", cols[c])
-    _check(cols["size"] > 0, source, "size", "not > 0", cols["size"])
-    _check((cols["intensity"] >= 0) & (cols["intensity"] <= 1), source, "intensity", "outside [0, 1]", cols["intensity"])
-    _check(cols["memory_mb"] > 0, source, "memory_mb", "not > 0", cols["memory_mb"])
-    if max_memory_mb is not None:
-        _check(cols["memory_mb"] <= max_memory_mb, source, "memory_mb",
-               f"larger than any device can hold ({max_memory_mb:g} MB)", cols["memory_mb"])
-    _check(cols["arrival"] >= 0, source, "arrival", "negative", cols["arrival"])
+    for rule in TASK_SCHEMA:
+        if rule.dtype == "ids":
+            continue
+        if rule.name not in df.columns:
+            cols[rule.name] = np.full(len(df), rule.default, dtype=np.float64)
+            continue
+        v = _typed(df[rule.name], rule, source)
+        if not rule.nullable:
+            _check(~np.isnan(v), source, rule.name, "NaN (missing)", v)
+        text = rule.range_text(max_memory_mb)
+        if text is not None:
+            _check(rule.in_range(v, max_memory_mb), source, rule.name, f"not {text}", v)
+        cols[rule.name] = v
     _check(np.diff(cols["arrival"], prepend=-np.inf) >= 0, source, "arrival", "not sorted (decreasing)", cols["arrival"])
-    ids = cols["task_id"]
-    _check(ids == np.round(ids), source, "task_id", "not an integer", ids)
-    ids = ids.astype(np.int64)
-    dup = pd.Series(ids).duplicated().to_numpy()
-    _check(~dup, source, "task_id", "duplicated", ids)
-
-    n = len(ids)
-    priority = _optional(df, "priority", n, 0.0, source).astype(np.int64)
-    deadline = _optional(df, "deadline", n, np.nan, source, allow_nan=True)
+    ids = cols["task_id"].astype(np.int64)
+    _check(~pd.Series(ids).duplicated().to_numpy(), source, "task_id", "duplicated", ids)
     parent_ptr, parent_idx = _parse_deps(df["deps"] if "deps" in df.columns else None, ids, source)
     return TaskTable(ids, cols["arrival"], cols["size"], cols["intensity"], cols["memory_mb"],
-                     priority, deadline, parent_ptr, parent_idx)
+                     cols["priority"].astype(np.int64), cols["deadline"], parent_ptr, parent_idx)
+
+
+def _typed(col: pd.Series, rule: ColumnRule, source: str) -> np.ndarray:
+    """The column as float64 if its dtype is the rule's (integer dtype for ``int``; any numeric,
+    not bool, for ``float``): the same type test as the suite's type expectation."""
+    numeric = pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+    if rule.dtype == "int" and not pd.api.types.is_integer_dtype(col):
+        raise WorkloadError(f"{source}: column '{rule.name}' is not an integer column (dtype {col.dtype}"
+                            f"{'; a missing or fractional value makes it float' if numeric else ''})")
+    if not numeric:
+        bad = pd.to_numeric(col, errors="coerce").isna() & col.notna()
+        r = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
+        raise WorkloadError(f"{source}: column '{rule.name}' is not numeric (dtype {col.dtype}; "
+                            f"first at row {r}: {_plain(col.iloc[r])!r})")
+    return col.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _plain(v: object) -> object:
+    """A numpy scalar as the Python number it holds, so messages print ``-1.0``, not ``np.float64(-1.0)``."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _check(ok: np.ndarray, source: str, col: str, problem: str, values: np.ndarray) -> None:
     bad = np.flatnonzero(~ok)
     if len(bad):
         r = int(bad[0])
-        raise WorkloadError(f"{source}: column '{col}': {len(bad)} value(s) {problem} (first at row {r}: {values[r]!r})")
-
-
-def _optional(df: pd.DataFrame, col: str, n: int, default: float, source: str, allow_nan: bool = False) -> np.ndarray:
-    if col not in df.columns:
-        return np.full(n, default, dtype=np.float64)
-    try:
-        v = pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)
-    except (ValueError, TypeError) as e:
-        raise WorkloadError(f"{source}: column '{col}' is not numeric ({str(e).splitlines()[0]})") from e
-    if not allow_nan:
-        _check(np.isfinite(v), source, col, "NaN or infinite", v)
-    return v
+        raise WorkloadError(f"{source}: column '{col}': {len(bad)} value(s) {problem} "
+                            f"(first at row {r}: {_plain(values[r])!r})")
 
 
 def _parse_deps(col: pd.Series | None, ids: np.ndarray, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """CSR parent arrays; every dependency must be the task_id of an earlier row (the suite's
+    rule ``schema.DEPS_EARLIER``), which also rules out cycles."""
     n = len(ids)
     if col is None:
         return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    cells = col.tolist()
+    problems = deps_problems(ids.tolist(), cells)
+    bad = [r for r, p in enumerate(problems) if p]
+    if bad:
+        r = bad[0]
+        what = problems[r]
+        if not what.startswith("not a list"):
+            d = int(what.split(";")[0])
+            known = set(ids.tolist())
+            why = "itself" if d == ids[r] else ("a later row" if d in known else "unknown")
+            what = f"depends on task {d} ({why}), not the task_id of an earlier row"
+        raise WorkloadError(f"{source}: column 'deps': row {r} (task {int(ids[r])}) {what} "
+                            f"({len(bad)} such row(s); a dependency must arrive first, so no cycles)")
     row_of = {int(t): r for r, t in enumerate(ids)}
     ptr = np.zeros(n + 1, dtype=np.int64)
     idx: list[int] = []
-    for r, v in enumerate(col.tolist()):
-        for d in _dep_list(v, source, r):
-            if d not in row_of:
-                raise WorkloadError(f"{source}: column 'deps': row {r} (task {ids[r]}) depends on unknown task id {d}")
-            if row_of[d] == r:
-                raise WorkloadError(f"{source}: column 'deps': task {ids[r]} depends on itself (dependency cycle)")
-            idx.append(row_of[d])
+    for r, cell in enumerate(cells):
+        idx.extend(row_of[d] for d in parse_ids(cell))
         ptr[r + 1] = len(idx)
-    parent_idx = np.asarray(idx, dtype=np.int64)
-    _check_acyclic(ptr, parent_idx, ids, source)
-    return ptr, parent_idx
-
-
-def _dep_list(v: object, source: str, r: int) -> list[int]:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
-        return []
-    if isinstance(v, str):
-        parts = [s for s in v.replace(",", ";").split(";") if s.strip()]
-    elif isinstance(v, int | float | np.number):  # a csv column of single ids parses as numbers
-        parts = [v]
-    else:
-        parts = list(v)  # list / numpy array from a parquet list column
-    try:
-        ids = [float(p) for p in parts]
-        if any(d != int(d) for d in ids):
-            raise ValueError
-        return [int(d) for d in ids]
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{source}: column 'deps': row {r} is not a list of task ids: {v!r}") from None
-
-
-def _check_acyclic(ptr: np.ndarray, parent_idx: np.ndarray, ids: np.ndarray, source: str) -> None:
-    n = len(ids)
-    if len(parent_idx) == 0:
-        return
-    indeg = np.diff(ptr).copy()
-    children: list[list[int]] = [[] for _ in range(n)]
-    for c in range(n):
-        for p in parent_idx[ptr[c] : ptr[c + 1]]:
-            children[p].append(c)
-    queue = deque(np.flatnonzero(indeg == 0).tolist())
-    seen = 0
-    while queue:
-        u = queue.popleft()
-        seen += 1
-        for c in children[u]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                queue.append(c)
-    if seen < n:
-        stuck = ids[indeg > 0][:5].tolist()
-        raise WorkloadError(f"{source}: column 'deps': dependency cycle among task ids {stuck}")
+    return ptr, np.asarray(idx, dtype=np.int64)
 
 
 # --- synthetic generation ---------------------------------------------------------
@@ -313,6 +294,10 @@ def spec_from_config(cfg: dict, split: str = "train") -> WorkloadSpec:
 
 def generate_splits(cfg: dict, cpu_gflops: float = 50.0) -> tuple[TaskTable, TaskTable]:
     """Train and test workloads from a workload config, from independent streams of one seed."""
+    for key in ("n_train", "n_test"):
+        if int(cfg[key]) < MIN_TASKS:
+            raise WorkloadError(f"workload.{key} must be >= {MIN_TASKS}, got {int(cfg[key])} "
+                                f"(0 tasks: an empty workload has nothing to schedule)")
     train_rng, test_rng = np.random.default_rng(int(cfg.get("seed", 0))).spawn(2)
     train = generate(spec_from_config(cfg, "train"), int(cfg["n_train"]), train_rng, 0, cpu_gflops)
     test = generate(spec_from_config(cfg, "test"), int(cfg["n_test"]), test_rng, int(cfg["n_train"]), cpu_gflops)

@@ -15,6 +15,7 @@ re-predicted in one batch.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,10 +73,19 @@ class HybridML(Policy):
 
     @property
     def model(self) -> RuntimeModel:
-        """The offline model, loaded once from ``model_dir`` (ModelFileError if unusable)."""
+        """The offline model, loaded once from ``model_dir`` (ModelFileError if unusable); a model
+        of a constant training target is used as the documented fallback (``runtime_model.py``),
+        with a warning."""
         if self._model is None:
             self._model = load_model(self.model_dir)
+            if self._model.warning:
+                warnings.warn(f"{self.name}: {self._model.warning}", stacklevel=2)
         return self._model
+
+    @property
+    def warning(self) -> str | None:
+        """The fallback warning of the model (None when it learned something)."""
+        return self.model.warning
 
     def prepare(self, tasks, cluster, X) -> None:
         self.n_gpus = cluster.n_gpus
