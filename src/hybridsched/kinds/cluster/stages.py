@@ -102,6 +102,8 @@ def train_rf(run: Run) -> dict:
     files = write_importance_report(run.metrics_dir, metrics, "pod duration RandomForest: permutation importance")
     run.track("train_rf", metrics, files)
     print(f"train_rf: pod duration model on {metrics.get('n_train')} pods, held-out R² (log) {metrics.get('r2')}")
+    if metrics.get("warning"):
+        print(f"train_rf: warning: {metrics['warning']}")
     return metrics
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
 from hybridsched.io import atomic_dir, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
@@ -44,8 +45,13 @@ def check_config(run: Run) -> None:
     from hybridsched.kinds.machine.workload import spec_from_config
 
     Cluster.from_dict(run.cfg["cluster"])
-    for split in SPLITS:
-        spec_from_config(run.cfg["workload"], split)
+    w = run.cfg["workload"]
+    if w.get("path"):
+        if not Path(str(w["path"])).is_file():
+            raise HybridschedError(f"workload.path: file {w['path']!r} not found")
+    else:
+        for split in SPLITS:
+            spec_from_config(w, split)
     DQNSettings.from_dict(run.cfg["dqn"])
     TuneSettings.from_dict(run.cfg["tune"])
     for spec in run.policy_specs().values():
@@ -69,16 +75,22 @@ def profile(run: Run) -> dict[str, Any]:
 
 
 def generate(run: Run) -> dict[str, int]:
-    """Draw the synthetic train and test workloads into ``paths.workload_dir``."""
-    # deadlines scale with the configured CPU speed, so generate never waits on profile
-    cpu_gflops = Cluster.from_dict(run.cfg["cluster"]).cpu_gflops
-    train, test = generate_splits(run.cfg["workload"], cpu_gflops=cpu_gflops)
+    """The train and test workloads into ``paths.workload_dir``: drawn from the synthetic
+    generator, or read from the user's own task file when ``workload.path`` is set."""
+    from hybridsched.kinds.machine.user_file import load_with_report
+
+    w = run.cfg["workload"]
+    if w.get("path"):  # the user's file (workload=file), with the same checks as ours
+        train, test, report = load_with_report(w, max_memory_mb=Cluster.from_dict(run.cfg["cluster"]).max_task_memory_mb)
+    else:
+        # deadlines scale with the configured CPU speed, so generate never waits on profile
+        train, test = generate_splits(w, cpu_gflops=Cluster.from_dict(run.cfg["cluster"]).cpu_gflops)
+        report = {"train": len(train), "test": len(test)}
     with atomic_dir(run.workload_dir) as tmp:
         write_frame(tmp / "train.parquet", train.to_frame())
         write_frame(tmp / "test.parquet", test.to_frame())
-    write_json(run.metrics_dir / "import_report.json",
-               {"kind": "machine", "workload": run.cfg["workload"]["name"], "train": len(train), "test": len(test)})
-    print(f"generate: {len(train)} train and {len(test)} test tasks ({run.cfg['workload']['name']})")
+    write_json(run.metrics_dir / "import_report.json", {"kind": "machine", "workload": w["name"], **report})
+    print(f"generate: {len(train)} train and {len(test)} test tasks ({w['name']})")
     return {"train": len(train), "test": len(test)}
 
 
@@ -109,7 +121,9 @@ def train_rf(run: Run) -> dict:
     flavor = "xgboost" if metrics["model"] == "xgboost" else "sklearn"
     run.track("train_rf", metrics, [*files, Path(rf_cfg["model_dir"]) / "meta.json"], model=(flavor, model.estimator))
     mae = ", ".join(f"{k} {v:.3f} s" for k, v in metrics["mae_s"].items())
-    print(f"train_rf: {metrics['model']} on {metrics['n_train']} tasks, held-out R² (log) {metrics['r2']:.4f}, MAE {mae}")
+    print(f"train_rf: {metrics['model']} on {metrics['n_train']} tasks, held-out R² (log) {metrics['r2']}, MAE {mae}")
+    if metrics.get("warning"):
+        print(f"train_rf: warning: {metrics['warning']}")
     return metrics
 
 
