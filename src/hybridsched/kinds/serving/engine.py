@@ -262,6 +262,14 @@ def group_index(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarra
     return ptr, order.astype(np.int64)
 
 
+def service_noise(settings, n: int, seed: int | None = None) -> np.ndarray:
+    """Actual / table service time of batch k = 0..n-1: lognormal with mean 1, sigma
+    ``serving.service_sigma`` (the same draw for every policy of a run)."""
+    rng = np.random.default_rng(settings.seed if seed is None else seed)
+    sig = settings.service_sigma
+    return np.exp(rng.normal(-sig**2 / 2, sig, n)) if sig > 0 else np.ones(n)
+
+
 def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
              noise_seed: int | None = None, record: bool = False) -> Trace:
     """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
@@ -290,9 +298,7 @@ def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray 
     gptr, gidx = group_index(reqs.group, G)
     gvar = (np.arange(G) // len(settings.classes)).astype(np.int64)
     gcls = (np.arange(G) % len(settings.classes)).astype(np.int64)
-    rng = np.random.default_rng(settings.seed if noise_seed is None else noise_seed)
-    sig = settings.service_sigma
-    noise = np.exp(rng.normal(-sig**2 / 2, sig, n)) if sig > 0 else np.ones(n)
+    noise = service_noise(settings, n, noise_seed)
     pdata, pparams = policy.kernel_data(settings, pred)
     eparams = np.array([settings.window_s, settings.max_batch, settings.token_capacity, float(policy.drop),
                         float(policy.online_alpha), float(record)])
