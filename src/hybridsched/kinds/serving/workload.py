@@ -65,7 +65,10 @@ def read_arrival_trace(path: str | Path, time_column: str, size_column: str | No
         raise WorkloadError(f"{p}: needs at least 2 rows, has {len(df)}")
     raw = df[time_column]
     t = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-    if np.isnan(t).any():  # not numbers: datetimes?
+    if np.isnan(t).any() and not np.isnan(t).all():  # numbers with a non-number among them
+        i = int(np.flatnonzero(np.isnan(t))[0])
+        raise WorkloadError(f"{p}: row {i + 2} {time_column} {raw.iloc[i]!r} is neither a number nor a timestamp")
+    if np.isnan(t).all():  # not numbers: datetimes?
         parsed = pd.to_datetime(raw, errors="coerce", format="mixed")
         bad = parsed.isna().to_numpy()
         if bad.any():
