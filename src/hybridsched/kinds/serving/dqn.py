@@ -38,6 +38,18 @@ def _seed(s):
 
 
 @njit(cache=True)
+def _dense_relu(pdata, o, x, n_in, n_out):
+    """relu(W x + b) with W (n_out, n_in) then b stored flat in pdata from offset o (torch layout)."""
+    y = np.empty(n_out)
+    for j in range(n_out):
+        s = pdata[o + n_in * n_out + j]
+        for i in range(n_in):
+            s += pdata[o + j * n_in + i] * x[i]
+        y[j] = max(s, 0.0)
+    return y
+
+
+@njit(cache=True)
 def dqn_choose(t, gs, elig, n_elig, pdata, params):
     """Epsilon-greedy over eligible groups by the dueling network's advantages (pdata: weights)."""
     n_obs = int(params[0])
@@ -48,20 +60,9 @@ def dqn_choose(t, gs, elig, n_elig, pdata, params):
         return elig[np.random.randint(n_elig)]
     x = np.empty(n_obs)
     observation(gs, x)
-    o = 0
-    h1 = np.empty(h)
-    for j in range(h):
-        s = pdata[o + n_obs * h + j]
-        for i in range(n_obs):
-            s += pdata[o + j * n_obs + i] * x[i]
-        h1[j] = max(s, 0.0)
-    o += n_obs * h + h
-    h2 = np.empty(h)
-    for j in range(h):
-        s = pdata[o + h * h + j]
-        for i in range(h):
-            s += pdata[o + j * h + i] * h1[i]
-        h2[j] = max(s, 0.0)
+    h1 = _dense_relu(pdata, 0, x, n_obs, h)
+    o = n_obs * h + h
+    h2 = _dense_relu(pdata, o, h1, h, h)
     o += h * h + h
     best = elig[0]
     best_q = -np.inf
