@@ -1,0 +1,341 @@
+"""The event-driven serving simulator (numba).
+
+Requests of one *group* (same model, backend, precision and SLO class) queue in arrival
+order; only they may share a micro-batch.  A group's *candidate batch* starts at its head
+request and gathers the following requests of the group that arrive within ``window`` of
+the head, up to ``max_batch`` samples; it *closes* (becomes eligible) when the window ends
+or when it is full, whichever comes first.
+
+Decisions happen at ``t = max(previous decision, earliest free lane, earliest closed batch)``.
+At ``t`` the engine frees the lanes whose batch ended (releasing its memory tokens and, with
+online correction, updating the predictor's per-variant factor), trims every eligible
+candidate to the tokens still free (a batch runs only if its tokens fit), and asks the
+policy's kernel to choose one eligible group; that batch starts at ``t`` on the free lane and
+holds ``tokens[v, samples]`` until it ends after ``lat[v, samples] * noise``.  When nothing
+eligible fits, time moves to the next completion or the next closing batch.
+
+With ``drop`` (the Clockwork-style predictive scheduler) a head request whose predicted
+completion ``t + pred[v, size]`` is past its deadline is dropped (a violation), and a batch
+is trimmed to the largest prefix whose predicted latency still meets the head's deadline
+(the rest is deferred to the next batch).
+
+Policy kernels: ``choose(t, gs, elig, n_elig, pdata, params) -> group`` where ``gs[g]`` holds
+the per-group features below (row ``G`` the global ones) and ``elig[:n_elig]`` the eligible
+groups.  Policies see only requests that have arrived and the *predicted* latency table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+# per-group features gs[g, :] (valid where ELIGIBLE = 1)
+(ELIGIBLE, HEAD_ARRIVAL, HEAD_DEADLINE, CLASS, SAMPLES, NREQ, PRED_S, TOKENS, SLO, NORM_SLACK, DOOMED, GAIN,
+ WAIT_NORM, INTERACTIVE) = range(14)
+NF = 14
+# global features gs[G, :]
+G_FREE_LANES, G_FREE_TOKENS, G_NOW, G_MAX_BATCH = range(4)
+# engine parameters
+P_WINDOW, P_MAX_BATCH, P_CAPACITY, P_DROP, P_ALPHA, P_RECORD = range(6)
+N_OBS_PER_GROUP = 4
+
+
+@njit(cache=True)
+def observation(gs: np.ndarray, out: np.ndarray) -> None:
+    """The learned dispatcher's state from the features: per group (eligible, wait / SLO,
+    slack / SLO, samples / max batch), then the free-lane and free-token fractions."""
+    G = gs.shape[0] - 1
+    mb = gs[G, G_MAX_BATCH]
+    for g in range(G):
+        k = N_OBS_PER_GROUP * g
+        if gs[g, ELIGIBLE] > 0:
+            out[k] = 1.0
+            out[k + 1] = min(gs[g, WAIT_NORM], 4.0)
+            out[k + 2] = min(max(gs[g, NORM_SLACK], -4.0), 4.0)
+            out[k + 3] = gs[g, SAMPLES] / mb
+        else:
+            out[k] = 0.0
+            out[k + 1] = 0.0
+            out[k + 2] = 0.0
+            out[k + 3] = 0.0
+    out[N_OBS_PER_GROUP * G] = gs[G, G_FREE_LANES]
+    out[N_OBS_PER_GROUP * G + 1] = gs[G, G_FREE_TOKENS]
+
+
+@njit(cache=True)
+def _candidate(g, h, gptr, gidx, arrival, size, window, max_batch):
+    """(end position, samples, close time) of the candidate batch that starts at position h."""
+    end_g = gptr[g + 1]
+    if h >= end_g:
+        return h, 0, np.inf
+    a0 = arrival[gidx[h]]
+    limit = a0 + window
+    s = 0
+    q = h
+    ready = limit
+    while q < end_g:
+        i = gidx[q]
+        if arrival[i] > limit:
+            break
+        if s + size[i] > max_batch:  # full: known once this request arrives
+            ready = arrival[i]
+            break
+        s += size[i]
+        q += 1
+        if s == max_batch:
+            ready = arrival[i]
+            break
+    return q, s, max(ready, a0)
+
+
+@njit
+def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, pred_lat, tokens_tab,
+         noise, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
+         b_tokens, b_first, b_count, obs, dec_batch):
+    """Run to completion; returns (batches, decisions recorded)."""
+    G = gptr.shape[0] - 1
+    window = eparams[P_WINDOW]
+    max_batch = int(eparams[P_MAX_BATCH])
+    capacity = eparams[P_CAPACITY]
+    drop = eparams[P_DROP] > 0
+    alpha = eparams[P_ALPHA]
+    record = eparams[P_RECORD] > 0
+    head = gptr[:G].copy()
+    cand_end = np.empty(G, np.int64)
+    cand_s = np.zeros(G, np.int64)
+    ready = np.full(G, np.inf)
+    trim_end = np.empty(G, np.int64)
+    trim_s = np.zeros(G, np.int64)
+    for g in range(G):
+        cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window, max_batch)
+    lane_free = np.zeros(n_lanes)
+    run_tok = np.zeros(n_lanes)
+    run_var = np.full(n_lanes, -1, np.int64)
+    run_ratio = np.ones(n_lanes)
+    corr = np.ones(true_lat.shape[0])
+    gs = np.zeros((G + 1, NF))
+    gs[G, G_MAX_BATCH] = max_batch
+    elig = np.empty(G, np.int64)
+    now = -np.inf
+    nb = 0
+    nd = 0
+    while True:
+        rmin = np.inf
+        for g in range(G):
+            if ready[g] < rmin:
+                rmin = ready[g]
+        if rmin == np.inf:
+            break
+        lane = 0
+        for k in range(1, n_lanes):
+            if lane_free[k] < lane_free[lane]:
+                lane = k
+        t = max(now, lane_free[lane], rmin)
+        used = 0.0
+        nfree = 0
+        for k in range(n_lanes):
+            if lane_free[k] <= t:
+                if run_var[k] >= 0:  # completion seen: release tokens, learn from it
+                    if alpha > 0:
+                        v = run_var[k]
+                        corr[v] = (1.0 - alpha) * corr[v] + alpha * run_ratio[k]
+                    run_var[k] = -1
+                    run_tok[k] = 0.0
+                nfree += 1
+            else:
+                used += run_tok[k]
+        free_tok = capacity - used
+        ne = 0
+        for g in range(G):
+            gs[g, ELIGIBLE] = 0.0
+            if ready[g] > t:
+                continue
+            v = gvar[g]
+            c = corr[v]
+            if drop:  # drop heads that cannot meet their deadline even alone
+                changed = False
+                while head[g] < gptr[g + 1]:
+                    i = gidx[head[g]]
+                    if t + pred_lat[v, size[i]] * c > deadline[i]:
+                        r_batch[i] = -1
+                        r_drop[i] = t
+                        head[g] += 1
+                        changed = True
+                    else:
+                        break
+                if changed:
+                    cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window,
+                                                                  max_batch)
+                    if ready[g] > t:
+                        continue
+            first = gidx[head[g]]
+            if tokens_tab[v, size[first]] > free_tok:
+                continue
+            q = cand_end[g]
+            s = cand_s[g]
+            while tokens_tab[v, s] > free_tok or (drop and t + pred_lat[v, s] * c > deadline[first]):
+                q -= 1
+                s -= size[gidx[q]]
+            p = pred_lat[v, s] * c
+            slo = deadline[first] - arrival[first]
+            slack = deadline[first] - t - p
+            gs[g, ELIGIBLE] = 1.0
+            gs[g, HEAD_ARRIVAL] = arrival[first]
+            gs[g, HEAD_DEADLINE] = deadline[first]
+            gs[g, CLASS] = gcls[g]
+            gs[g, SAMPLES] = s
+            gs[g, NREQ] = q - head[g]
+            gs[g, PRED_S] = p
+            gs[g, TOKENS] = tokens_tab[v, s]
+            gs[g, SLO] = slo
+            gs[g, NORM_SLACK] = slack / slo
+            gs[g, DOOMED] = 1.0 if slack < 0 else 0.0
+            gs[g, GAIN] = s * pred_lat[v, 1] / pred_lat[v, s]
+            gs[g, WAIT_NORM] = (t - arrival[first]) / slo
+            gs[g, INTERACTIVE] = 1.0 if gcls[g] == 0 else 0.0
+            trim_end[g] = q
+            trim_s[g] = s
+            elig[ne] = g
+            ne += 1
+        if ne == 0:  # nothing can start now: move to the next completion or closing batch
+            nxt = np.inf
+            for k in range(n_lanes):
+                if lane_free[k] > t and lane_free[k] < nxt:
+                    nxt = lane_free[k]
+            for g in range(G):
+                if ready[g] > t and ready[g] < nxt:
+                    nxt = ready[g]
+            now = t if nxt == np.inf else nxt
+            continue
+        gs[G, G_FREE_LANES] = nfree / n_lanes
+        gs[G, G_FREE_TOKENS] = free_tok / capacity
+        gs[G, G_NOW] = t
+        if record:
+            observation(gs, obs[nd])
+            dec_batch[nd] = nb
+            nd += 1
+        g = choose(t, gs, elig, ne, pdata, pparams)
+        if g < 0 or g >= G or gs[g, ELIGIBLE] == 0.0:
+            g = elig[0]  # a kernel's bad choice must not break the run
+        v = gvar[g]
+        s = trim_s[g]
+        dur = true_lat[v, s] * noise[nb]
+        lane_free[lane] = t + dur
+        run_tok[lane] = tokens_tab[v, s]
+        run_var[lane] = v
+        run_ratio[lane] = dur / pred_lat[v, s]  # actual / predicted, before correction
+        b_start[nb] = t
+        b_end[nb] = t + dur
+        b_lane[nb] = lane
+        b_group[nb] = g
+        b_samples[nb] = s
+        b_tokens[nb] = tokens_tab[v, s]
+        b_first[nb] = head[g]
+        b_count[nb] = trim_end[g] - head[g]
+        for q in range(head[g], trim_end[g]):
+            r_batch[gidx[q]] = nb
+        nb += 1
+        head[g] = trim_end[g]
+        cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window, max_batch)
+        now = t
+    return nb, nd
+
+
+@dataclass
+class Trace:
+    """Per-request and per-batch results of one run."""
+
+    policy: str
+    requests: object  # pandas.DataFrame, one row per request
+    batches: object  # pandas.DataFrame, one row per batch
+    obs: np.ndarray  # recorded observations (learned dispatcher), else empty
+    dec_batch: np.ndarray  # the batch each recorded decision started
+
+
+def group_index(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of request indices per group, each in arrival order."""
+    order = np.argsort(group, kind="stable")
+    ptr = np.zeros(n_groups + 1, np.int64)
+    np.cumsum(np.bincount(group, minlength=n_groups), out=ptr[1:])
+    return ptr, order.astype(np.int64)
+
+
+def service_noise(settings, n: int, seed: int | None = None) -> np.ndarray:
+    """Actual / table service time of batch k = 0..n-1: lognormal with mean 1, sigma
+    ``serving.service_sigma`` (the same draw for every policy of a run)."""
+    rng = np.random.default_rng(settings.seed if seed is None else seed)
+    sig = settings.service_sigma
+    return np.exp(rng.normal(-sig**2 / 2, sig, n)) if sig > 0 else np.ones(n)
+
+
+def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
+             noise_seed: int | None = None, record: bool = False) -> Trace:
+    """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
+    ``reqs`` (:class:`~hybridsched.kinds.serving.workload.Requests`). ``true_lat`` is the latency
+    table the batches actually take (times lognormal noise, ``serving.service_sigma``, seeded by
+    ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
+    import pandas as pd
+
+    from hybridsched.errors import HybridschedError
+
+    n = len(reqs)
+    G = settings.n_groups
+    pred = true_lat if pred_lat is None else pred_lat
+    for name, table in (("latency table", true_lat), ("predicted latency table", pred)):
+        used = np.unique(reqs.variant)
+        bad = used[~np.isfinite(table[used, 1:]).all(axis=1)]
+        if len(bad):
+            raise HybridschedError(f"{name}: no latency for {settings.variant_names(int(bad[0]))} at some batch in "
+                                   f"1..{settings.max_batch}, which the workload uses")
+    tok = settings.token_table()[reqs.variant, reqs.size]
+    if (tok > settings.token_capacity).any():
+        i = int(np.argmax(tok > settings.token_capacity))
+        raise HybridschedError(f"serving.token_capacity: request {i} ({settings.variant_names(int(reqs.variant[i]))}, "
+                               f"size {int(reqs.size[i])}) needs {float(tok[i])} tokens alone, more than "
+                               f"{settings.token_capacity:g}")
+    gptr, gidx = group_index(reqs.group, G)
+    gvar = (np.arange(G) // len(settings.classes)).astype(np.int64)
+    gcls = (np.arange(G) % len(settings.classes)).astype(np.int64)
+    noise = service_noise(settings, n, noise_seed)
+    pdata, pparams = policy.kernel_data(settings, pred)
+    eparams = np.array([settings.window_s, settings.max_batch, settings.token_capacity, float(policy.drop),
+                        float(policy.online_alpha), float(record)])
+    r_batch = np.full(n, -2, np.int64)
+    r_drop = np.full(n, np.nan)
+    b = {k: np.empty(n, dt) for k, dt in (("start", float), ("end", float), ("lane", np.int64), ("group", np.int64),
+                                          ("samples", np.int64), ("tokens", float), ("first", np.int64),
+                                          ("count", np.int64))}
+    n_obs = N_OBS_PER_GROUP * G + 2
+    obs = np.zeros((n if record else 1, n_obs), np.float32)
+    dec_batch = np.zeros(n if record else 1, np.int64)
+    nb, nd = _run(policy.kernel, reqs.arrival, reqs.deadline, reqs.size, reqs.variant, reqs.cls, gptr, gidx, gvar,
+                  gcls, np.nan_to_num(true_lat, nan=np.inf), np.nan_to_num(pred, nan=np.inf),
+                  settings.token_table(), noise, eparams, pdata, pparams, settings.lanes, r_batch, r_drop,
+                  b["start"], b["end"], b["lane"], b["group"], b["samples"], b["tokens"], b["first"], b["count"],
+                  obs, dec_batch)
+    batches = pd.DataFrame({k: v[:nb] for k, v in b.items()})
+    batches.insert(0, "batch_id", np.arange(nb))
+    served = r_batch >= 0
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    lane = np.full(n, -1, np.int64)
+    start[served] = b["start"][r_batch[served]]
+    end[served] = b["end"][r_batch[served]]
+    lane[served] = b["lane"][r_batch[served]]
+    df = reqs.frame[["request_id", "arrival", "model", "cls", "backend", "precision", "size", "slo_s"]].copy()
+    df["deadline"] = reqs.deadline
+    df["group"] = reqs.group
+    df["batch_id"] = r_batch
+    df["lane"] = lane
+    df["start"] = start
+    df["end"] = end
+    df["dropped"] = r_batch == -1
+    df["drop_time"] = r_drop
+    df["latency"] = end - reqs.arrival
+    df["wait"] = start - reqs.arrival
+    df["service"] = end - start
+    df["met_slo"] = served & (end <= reqs.deadline + 1e-12)
+    df["policy"] = policy.name
+    return Trace(policy.name, df, batches, obs[:nd], dec_batch[:nd])

@@ -1,0 +1,96 @@
+"""Latency tables: per (model, backend, precision, batch) service times, measured or published.
+
+A table is long-format rows ``model, backend, precision, batch, latency_ms`` (plus optional
+``spread_ms, peak_mem_mb, fitted, source``).  ``serving.latency_table`` picks one:
+
+* ``measured``: the profile stage's table on this machine (``serving.profile_path``);
+* ``clockwork_v100``: Clockwork's published V100 latencies of ResNet-50 (tables/clockwork_v100.csv);
+* any other value: a csv file of the same columns.
+
+The simulator needs a dense ``lat[v, b]`` for every batch size ``b = 1..max_batch``: sizes
+between two table rows are linearly interpolated and the result is made non-decreasing in
+``b`` (a cumulative maximum), which the clairvoyant bound relies on.  A variant the workload
+uses must have batch 1 and a batch >= ``max_batch`` in the table, else one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.errors import HybridschedError
+from hybridsched.kinds.serving.settings import ServingSettings
+
+PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv"}
+COLUMNS = ["model", "backend", "precision", "batch", "latency_ms"]
+
+
+def table_source(settings: ServingSettings) -> Path:
+    """The file the configured table is read from."""
+    if settings.latency_table == "measured":
+        return Path(settings.profile_path)
+    return PUBLISHED.get(settings.latency_table, Path(settings.latency_table))
+
+
+def read_table(settings: ServingSettings) -> pd.DataFrame:
+    """The configured latency table as a DataFrame of :data:`COLUMNS` (and any extras)."""
+    path = table_source(settings)
+    try:
+        if path.suffix == ".json":
+            rows = json.loads(path.read_text())["table"]
+            df = pd.DataFrame(rows)
+        else:
+            df = pd.read_csv(path, comment="#")
+    except FileNotFoundError:
+        hint = " (run the profile stage)" if settings.latency_table == "measured" else ""
+        raise HybridschedError(f"serving.latency_table: {path} not found{hint}") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HybridschedError(f"serving.latency_table: {path} is not a latency table ({type(e).__name__}: {e})") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise HybridschedError(f"{path}: latency table lacks column(s) {missing}")
+    lat = pd.to_numeric(df["latency_ms"], errors="coerce")
+    batch = pd.to_numeric(df["batch"], errors="coerce")
+    bad = ~(np.isfinite(lat) & (lat > 0) & np.isfinite(batch) & (batch >= 1))
+    if bad.any():
+        r = df[bad].iloc[0]
+        raise HybridschedError(f"{path}: row {int(np.flatnonzero(bad.to_numpy())[0])} has batch {r['batch']!r} and "
+                               f"latency_ms {r['latency_ms']!r}; need batch >= 1 and latency > 0")
+    return df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
+
+
+def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.ndarray | None = None,
+                  source: str = "latency table") -> np.ndarray:
+    """``lat[v, b]`` in seconds for b = 0..max_batch (column 0 unused, NaN for variants absent
+    from the table). ``needed`` (variant indices) must be fully covered, else one-line error."""
+    nb = settings.max_batch + 1
+    out = np.full((settings.n_variants, nb), np.nan)
+    grouped = {k: g for k, g in table.groupby(["model", "backend", "precision"])}
+    for v in range(settings.n_variants):
+        key = settings.variant_names(v)
+        g = grouped.get(key)
+        needs = needed is None or v in set(np.asarray(needed).tolist())
+        if g is None:
+            if needs and needed is not None:
+                raise HybridschedError(f"{source}: no rows for (model, backend, precision) {key}, which the workload uses")
+            continue
+        g = g.groupby("batch")["latency_ms"].median().sort_index()
+        b, ms = g.index.to_numpy(), g.to_numpy()
+        if b[0] != 1 or b[-1] < settings.max_batch:
+            if needs and needed is not None:
+                want = 1 if b[0] != 1 else settings.max_batch
+                raise HybridschedError(f"{source}: (model, backend, precision, batch) {(*key, want)} missing; the "
+                                       f"workload needs batches 1..{settings.max_batch} (serving.max_batch)")
+            continue
+        sizes = np.arange(1, nb)
+        out[v, 1:] = np.maximum.accumulate(np.interp(sizes, b, ms)) / 1000.0
+    return out
+
+
+def load_latency(settings: ServingSettings, needed: np.ndarray | None = None) -> tuple[np.ndarray, pd.DataFrame]:
+    """(dense table in seconds, the long table) of the configured source."""
+    table = read_table(settings)
+    return dense_latency(table, settings, needed, str(table_source(settings))), table

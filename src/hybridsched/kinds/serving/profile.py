@@ -1,0 +1,203 @@
+"""Measure real inference latency and peak memory of the serving models on this machine.
+
+The architectures come from ``transformers`` configs (ResNet-18, ResNet-50, ViT-B/16) with
+random weights: timing does not depend on the weights and nothing is downloaded
+(``HF_HUB_OFFLINE=1``).  Backends: PyTorch eager, and ONNX Runtime on a model exported with
+``torch.onnx.export(dynamo=False)``; fp32 (fp16 only where CUDA is present).  One thread per
+lane (``torch.set_num_threads``, ORT ``intra_op_num_threads``), ``warmup`` untimed runs, then
+``repeats`` timed runs: the median and the inter-quartile spread are recorded.
+
+Large batches cost tens of seconds on a small CPU, so only ``measure_batches`` are timed and
+``fit_batches`` are extrapolated with a least-squares line ``latency = a + b * batch`` per
+(model, backend) through the measured points; those rows say ``fitted: true``.  Peak memory is
+the process's resident-set growth over the run (sampled every millisecond), fitted likewise.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridsched.errors import HybridschedError
+
+IMAGE = (3, 224, 224)
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """What to time (conf/kinds/serving.yaml ``serving_profile``)."""
+
+    models: tuple[str, ...] = ("resnet18", "resnet50", "vit_b16")
+    backends: tuple[str, ...] = ("torch", "onnx")
+    measure_batches: tuple[int, ...] = (1, 2, 4)
+    fit_batches: tuple[int, ...] = (8, 16, 32, 64, 128)
+    warmup: int = 1
+    repeats: int = 3
+    threads: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProfileSettings:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise HybridschedError(f"serving_profile: unknown key(s) {unknown}; known: {sorted(names)}")
+        s = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        bad = [m for m in s.models if m not in BUILDERS]
+        if bad:
+            raise HybridschedError(f"serving_profile.models: unknown model {bad[0]!r}; known: {sorted(BUILDERS)}")
+        if not s.measure_batches or min(s.measure_batches) < 1 or s.repeats < 1 or s.warmup < 0:
+            raise HybridschedError("serving_profile: need measure_batches >= 1, repeats >= 1, warmup >= 0")
+        if len(s.measure_batches) < 2 and s.fit_batches:
+            raise HybridschedError("serving_profile.measure_batches: fitting needs at least two measured sizes")
+        return s
+
+
+def _resnet(layer_type: str, depths: list[int], hidden: list[int]):
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    return ResNetForImageClassification(ResNetConfig(layer_type=layer_type, depths=depths, hidden_sizes=hidden,
+                                                     embedding_size=64, num_labels=1000))
+
+
+def _vit():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    return ViTForImageClassification(ViTConfig(image_size=224, patch_size=16, num_labels=1000))  # ViT-B/16
+
+
+BUILDERS = {
+    "resnet18": lambda: _resnet("basic", [2, 2, 2, 2], [64, 128, 256, 512]),
+    "resnet50": lambda: _resnet("bottleneck", [3, 4, 6, 3], [256, 512, 1024, 2048]),
+    "vit_b16": _vit,
+}
+
+
+def build_model(name: str):
+    """A randomly initialised model in eval mode (no download)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.manual_seed(0)
+    return BUILDERS[name]().eval()
+
+
+class _PeakRSS:
+    """Sample the resident set every millisecond while active; ``peak`` minus the baseline."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.proc = psutil.Process()
+        self.base = self.proc.memory_info().rss
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.001)
+
+    def __enter__(self) -> _PeakRSS:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    @property
+    def mb(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+class Runner:
+    """A model on one backend, callable on a numpy batch; used by the profile and the real mode."""
+
+    def __init__(self, name: str, backend: str, threads: int = 1, workdir: str | None = None) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.name, self.backend = name, backend
+        self.model = build_model(name)
+        if backend == "torch":
+            self._run = self._torch
+        elif backend == "onnx":
+            import onnxruntime as ort
+
+            path = Path(workdir or tempfile.mkdtemp(prefix="serving_onnx_")) / f"{name}.onnx"
+            if not path.exists():
+                x = torch.zeros(1, *IMAGE)
+                torch.onnx.export(self.model, (x,), str(path), dynamo=False, input_names=["pixel_values"],
+                                  output_names=["logits"], dynamic_axes={"pixel_values": {0: "batch"}}, opset_version=17)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            self._run = self._onnx
+        else:
+            raise HybridschedError(f"serving_profile.backends: unknown backend {backend!r}; known: onnx, torch")
+
+    def _torch(self, x: np.ndarray) -> None:
+        import torch
+
+        with torch.inference_mode():
+            self.model(pixel_values=torch.from_numpy(x))
+
+    def _onnx(self, x: np.ndarray) -> None:
+        self.session.run(None, {"pixel_values": x})
+
+    def __call__(self, batch: int) -> float:
+        """Run one batch of random images; seconds taken."""
+        x = np.random.default_rng(batch).standard_normal((batch, *IMAGE), dtype=np.float32)
+        t0 = time.perf_counter()
+        self._run(x)
+        return time.perf_counter() - t0
+
+
+def profile_models(s: ProfileSettings) -> dict[str, Any]:
+    """Measure, fit the large batches, return ``{"table": rows, ...}`` (rows as in latency.py)."""
+    import torch
+
+    start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="serving_profile_") as work:
+        for name in s.models:
+            for backend in s.backends:
+                runner = Runner(name, backend, s.threads, work)
+                measured = []
+                for b in sorted(s.measure_batches):
+                    for _ in range(s.warmup):
+                        runner(b)
+                    with _PeakRSS() as mem:
+                        times = np.array([runner(b) for _ in range(s.repeats)])
+                    q1, med, q3 = np.quantile(times, [0.25, 0.5, 0.75])
+                    measured.append((b, med, mem.mb))
+                    rows.append({"model": name, "backend": backend, "precision": "fp32", "batch": b,
+                                 "latency_ms": med * 1e3, "spread_ms": (q3 - q1) * 1e3, "repeats": s.repeats,
+                                 "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "measured"})
+                rows += _fit_rows(name, backend, measured, s.fit_batches)
+                del runner
+    return {"table": rows, "threads": s.threads, "torch_version": torch.__version__,
+            "cuda": bool(torch.cuda.is_available()), "elapsed_s": time.perf_counter() - start,
+            "settings": {f.name: getattr(s, f.name) for f in fields(s)}}
+
+
+def _fit_rows(name: str, backend: str, measured: list[tuple[int, float, float]], batches: tuple[int, ...]) -> list[dict]:
+    b = np.array([m[0] for m in measured], float)
+    lat, mem = np.array([m[1] for m in measured]), np.array([m[2] for m in measured])
+    (slope, icpt), (mslope, micpt) = np.polyfit(b, lat, 1), np.polyfit(b, mem, 1)
+    slope = max(slope, lat.max() / b.max() * 0.5)  # never flatter than half the measured per-sample cost
+    top = b.max()
+    return [{"model": name, "backend": backend, "precision": "fp32", "batch": int(x),
+             "latency_ms": float(max(lat.max(), icpt + slope * x)) * 1e3, "spread_ms": float("nan"), "repeats": 0,
+             "peak_mem_mb": round(float(max(mem.max(), micpt + mslope * x)), 1), "fitted": True, "source": "fitted"}
+            for x in sorted(batches) if x > top]

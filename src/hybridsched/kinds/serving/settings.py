@@ -1,0 +1,117 @@
+"""The serving machine: models and their memory-token costs, lanes, capacity, batching limits.
+
+Read from the ``serving`` block of conf/kinds/serving.yaml.  A *variant* is one
+(model, backend, precision); a *group* is a variant in one SLO class: only requests of one
+group may share a micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from hybridsched.errors import HybridschedError
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """Lanes, token memory and micro-batching of one serving machine (units: ms in the config,
+    seconds inside)."""
+
+    models: dict[str, float] = field(default_factory=lambda: {"resnet18": 80.0, "resnet50": 160.0, "vit_b16": 260.0})
+    backends: tuple[str, ...] = ("torch", "onnx")
+    precisions: tuple[str, ...] = ("fp32",)
+    classes: tuple[str, ...] = ("interactive", "batch")
+    lanes: int = 2
+    token_capacity: float = 1000.0
+    tokens_per_sample: float = 4.0
+    fp16_token_factor: float = 0.7
+    window_ms: float = 10.0
+    max_batch: int = 128
+    latency_table: str = "measured"  # measured | clockwork_v100 | a csv path
+    profile_path: str = "data/cluster_profile.json"
+    service_sigma: float = 0.05  # lognormal sigma of actual / table service time
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {"lanes": self.lanes >= 1, "token_capacity": self.token_capacity > 0,
+                  "tokens_per_sample": self.tokens_per_sample >= 0, "fp16_token_factor": self.fp16_token_factor > 0,
+                  "window_ms": self.window_ms >= 0, "max_batch": self.max_batch >= 1,
+                  "service_sigma": self.service_sigma >= 0, "models": len(self.models) > 0,
+                  "backends": len(self.backends) > 0, "precisions": len(self.precisions) > 0,
+                  "classes": len(self.classes) > 0}
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise HybridschedError(f"serving.{bad[0]}: invalid value {getattr(self, bad[0])!r}")
+        for m, c in self.models.items():
+            if not float(c) > 0:
+                raise HybridschedError(f"serving.models.{m}: token cost must be > 0, got {float(c)}")
+        unknown = [p for p in self.precisions if p not in ("fp32", "fp16")]
+        if unknown:
+            raise HybridschedError(f"serving.precisions: unknown precision {unknown[0]!r}; known: ['fp16', 'fp32']")
+        # a model whose smallest batch cannot fit would never run
+        for v in range(self.n_variants):
+            tok = float(self.tokens(np.array([v]), np.array([1]))[0])
+            if tok > self.token_capacity:
+                m, b, p = self.variant_names(v)
+                raise HybridschedError(f"serving.token_capacity: {self.token_capacity:g} is below the {tok:g} tokens "
+                                       f"of one sample of {m}/{b}/{p} (its smallest batch)")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServingSettings:
+        """From the ``serving`` config block; an unknown key is an error naming it."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise HybridschedError(f"serving: unknown key(s) {unknown}; known: {sorted(names)}")
+        kw = {k: (tuple(v) if k in ("backends", "precisions", "classes") else v) for k, v in d.items()}
+        if "models" in kw:
+            kw["models"] = {str(k): float(v) for k, v in kw["models"].items()}
+        return cls(**kw)
+
+    # ---- indices --------------------------------------------------------------------------
+    @property
+    def model_names(self) -> list[str]:
+        return list(self.models)
+
+    @property
+    def n_variants(self) -> int:
+        return len(self.models) * len(self.backends) * len(self.precisions)
+
+    @property
+    def n_groups(self) -> int:
+        return self.n_variants * len(self.classes)
+
+    @property
+    def window_s(self) -> float:
+        return self.window_ms / 1000.0
+
+    def variant(self, model: np.ndarray, backend: np.ndarray, precision: np.ndarray) -> np.ndarray:
+        """Variant index of (model, backend, precision) indices."""
+        return (np.asarray(model) * len(self.backends) + np.asarray(backend)) * len(self.precisions) + np.asarray(precision)
+
+    def variant_names(self, v: int) -> tuple[str, str, str]:
+        """(model, backend, precision) names of variant ``v``."""
+        p = v % len(self.precisions)
+        b = (v // len(self.precisions)) % len(self.backends)
+        m = v // (len(self.precisions) * len(self.backends))
+        return self.model_names[m], self.backends[b], self.precisions[p]
+
+    def group(self, variant: np.ndarray, cls: np.ndarray) -> np.ndarray:
+        """Group index (compatible requests) of a variant and an SLO class index."""
+        return np.asarray(variant) * len(self.classes) + np.asarray(cls)
+
+    def token_table(self) -> np.ndarray:
+        """tokens[v, b] a batch of b samples of variant v holds while it runs (b = 0..max_batch)."""
+        v = np.repeat(np.arange(self.n_variants), self.max_batch + 1)
+        b = np.tile(np.arange(self.max_batch + 1), self.n_variants)
+        return self.tokens(v, b).reshape(self.n_variants, self.max_batch + 1)
+
+    def tokens(self, variant: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """(model cost + tokens_per_sample * batch) * (fp16 factor for fp16 variants)."""
+        variant = np.asarray(variant)
+        cost = np.array(list(self.models.values()))[variant // (len(self.backends) * len(self.precisions))]
+        fp16 = np.array([p == "fp16" for p in self.precisions])[variant % len(self.precisions)]
+        return (cost + self.tokens_per_sample * np.asarray(batch)) * np.where(fp16, self.fp16_token_factor, 1.0)

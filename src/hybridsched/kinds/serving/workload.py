@@ -1,0 +1,251 @@
+"""Request streams: Poisson, bursty (Gamma inter-arrivals, CV > 1) and replay of a real arrival
+process (the Azure LLM inference trace), with a model / class / backend / precision mix and
+an SLO per request.
+
+A request is one row: ``request_id, arrival`` (s), ``model, cls, backend, precision`` (names),
+``size`` (samples, >= 1) and ``slo_s`` (end-to-end budget, s; deadline = arrival + slo_s).
+
+**SLO rule** (``workload.slo``): ``rule: absolute_ms`` gives each class a budget in ms
+(interactive 100, batch 1000 by default); ``rule: factor`` gives a multiple of the request's
+variant's batch-1 latency in the latency table (as Clockwork's ``slo_factor``), so SLOs fit
+whatever table the run uses.
+
+**Replay**: inter-arrival gaps of the trace's timestamps, scaled so the mean rate is
+``workload.rate`` (the trace's own shape: bursts and lulls, kept); streams longer than the
+trace wrap around.  **Token -> size mapping**: an LLM request's prompt of ``ContextTokens``
+becomes ``ceil(ContextTokens / tokens_per_sample)`` samples, clipped to
+``[1, max_request_size]`` (e.g. 1024 tokens per image-sized sample: a 4,808-token prompt is
+5 samples), so large prompts are large requests.
+
+Train and test are two streams: independent seeds for the synthetic processes, consecutive
+chronological halves for a replay; each starts at time 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.errors import WorkloadError
+from hybridsched.kinds.serving.settings import ServingSettings
+
+COLUMNS = ["request_id", "arrival", "model", "cls", "backend", "precision", "size", "slo_s"]
+
+
+def _mix(d: dict[str, float], known: list[str] | tuple[str, ...], setting: str) -> tuple[np.ndarray, np.ndarray]:
+    """(indices into ``known``, probabilities) of a mix mapping; unknown names are an error."""
+    names = list(d)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise WorkloadError(f"workload.{setting}: unknown name {bad[0]!r}; known: {list(known)}")
+    p = np.array([float(d[n]) for n in names])
+    if (p < 0).any() or p.sum() <= 0:
+        raise WorkloadError(f"workload.{setting}: weights must be >= 0 with a positive sum, got {p.tolist()}")
+    return np.array([list(known).index(n) for n in names]), p / p.sum()
+
+
+def read_arrival_trace(path: str | Path, time_column: str, size_column: str | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(arrival seconds from the first row, token counts or None) of an arrival file. Timestamps may
+    be datetimes or numbers; non-numeric/unparseable or unsorted ones are a one-line error."""
+    p = Path(path)
+    try:
+        df = pd.read_csv(p)
+    except FileNotFoundError:
+        raise WorkloadError(f"workload.trace_path: {p} not found") from None
+    except (OSError, ValueError) as e:
+        raise WorkloadError(f"workload.trace_path: {p} cannot be read ({str(e).splitlines()[0]})") from None
+    if time_column not in df.columns or (size_column and size_column not in df.columns):
+        raise WorkloadError(f"{p}: needs column(s) {time_column!r}{', ' + repr(size_column) if size_column else ''}; "
+                            f"has {list(df.columns)}")
+    if len(df) < 2:
+        raise WorkloadError(f"{p}: needs at least 2 rows, has {len(df)}")
+    raw = df[time_column]
+    t = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    if np.isnan(t).any() and not np.isnan(t).all():  # numbers with a non-number among them
+        i = int(np.flatnonzero(np.isnan(t))[0])
+        raise WorkloadError(f"{p}: row {i + 2} {time_column} {raw.iloc[i]!r} is neither a number nor a timestamp")
+    if np.isnan(t).all():  # not numbers: datetimes?
+        parsed = pd.to_datetime(raw, errors="coerce", format="mixed")
+        bad = parsed.isna().to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise WorkloadError(f"{p}: row {i + 2} {time_column} {raw.iloc[i]!r} is neither a number nor a timestamp")
+        t = (parsed - parsed.iloc[0]).dt.total_seconds().to_numpy()
+    if not np.isfinite(t).all():
+        i = int(np.flatnonzero(~np.isfinite(t))[0])
+        raise WorkloadError(f"{p}: row {i + 2} {time_column} is {float(t[i])}")
+    back = np.flatnonzero(np.diff(t) < 0)
+    if len(back):
+        i = int(back[0]) + 1
+        raise WorkloadError(f"{p}: {time_column} not sorted: row {i + 2} ({raw.iloc[i]}) is before row {i + 1} "
+                            f"({raw.iloc[i - 1]})")
+    sizes = None
+    if size_column:
+        sizes = pd.to_numeric(df[size_column], errors="coerce").to_numpy(dtype=float)
+        if np.isnan(sizes).any() or (sizes < 0).any():
+            i = int(np.flatnonzero(np.isnan(sizes) | (sizes < 0))[0])
+            raise WorkloadError(f"{p}: row {i + 2} {size_column} {df[size_column].iloc[i]!r} is not a count >= 0")
+    return t - t[0], sizes
+
+
+def _arrivals(w: dict[str, Any], n: int, rng: np.random.Generator, part: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """n arrival times from 0 and, for a replay, the token counts; ``part`` picks the split."""
+    rate = float(w.get("rate", 10.0))
+    if not rate > 0:
+        raise WorkloadError(f"workload.rate: must be > 0, got {rate}")
+    process = w.get("arrival", "poisson")
+    if process == "poisson":
+        gaps = rng.exponential(1.0 / rate, n)
+    elif process == "gamma":
+        cv = float(w.get("cv", 3.0))
+        if not cv > 0:
+            raise WorkloadError(f"workload.cv: must be > 0, got {cv}")
+        k = 1.0 / cv**2  # Gamma(k, theta) has CV 1/sqrt(k)
+        gaps = rng.gamma(k, 1.0 / (rate * k), n)
+    elif process == "replay":
+        t, tokens = read_arrival_trace(w["trace_path"], w.get("time_column", "TIMESTAMP"), w.get("size_column"))
+        d = np.diff(t)
+        d = d * (len(d) / t[-1]) / rate if t[-1] > 0 else np.full(len(d), 1.0 / rate)  # mean gap 1/rate
+        start = part * int(w.get("n_train", n))  # chronological split: test follows train
+        idx = (start + np.arange(n)) % len(d)
+        gaps = d[idx]
+        return np.concatenate([[0.0], np.cumsum(gaps[1:])]), (tokens[1:][idx] if tokens is not None else None)
+    else:
+        raise WorkloadError(f"workload.arrival: unknown process {process!r}; known: gamma, poisson, replay")
+    return np.cumsum(gaps) - gaps[0], None
+
+
+def generate_stream(w: dict[str, Any], settings: ServingSettings, n: int, seed: int, part: int = 0,
+                    batch1_s: np.ndarray | None = None) -> pd.DataFrame:
+    """One request stream of ``n`` requests (see the module docstring). ``batch1_s[v]`` (batch-1
+    latency per variant, s) is needed for ``slo.rule: factor``."""
+    rng = np.random.default_rng(seed)
+    arrival, tokens = _arrivals(w, n, rng, part)
+    mix = w.get("mix", {})
+    cols = {}
+    for key, known in (("models", settings.model_names), ("classes", settings.classes),
+                       ("backends", settings.backends), ("precisions", settings.precisions)):
+        idx, p = _mix(mix.get(key) or {known[0]: 1.0}, known, f"mix.{key}")
+        cols[key] = idx[rng.choice(len(p), n, p=p)]
+    if tokens is not None:
+        per = float(w.get("tokens_per_sample", 1024))
+        size = np.clip(np.ceil(tokens / per), 1, int(w.get("max_request_size", 8))).astype(np.int64)
+    else:
+        size = np.full(n, int(w.get("request_size", 1)), dtype=np.int64)
+    slo = slo_seconds(w.get("slo", {}), settings, cols["classes"],
+                      settings.variant(cols["models"], cols["backends"], cols["precisions"]), batch1_s)
+    return pd.DataFrame({
+        "request_id": np.arange(n, dtype=np.int64), "arrival": arrival,
+        "model": np.array(settings.model_names, dtype=object)[cols["models"]],
+        "cls": np.array(settings.classes, dtype=object)[cols["classes"]],
+        "backend": np.array(settings.backends, dtype=object)[cols["backends"]],
+        "precision": np.array(settings.precisions, dtype=object)[cols["precisions"]],
+        "size": size, "slo_s": slo})
+
+
+def slo_seconds(slo: dict[str, Any], settings: ServingSettings, cls: np.ndarray, variant: np.ndarray,
+                batch1_s: np.ndarray | None) -> np.ndarray:
+    """Per-request SLO in seconds by the configured rule (module docstring)."""
+    rule = slo.get("rule", "absolute_ms")
+    per_class = {"interactive": 100.0, "batch": 1000.0} if rule == "absolute_ms" else {"interactive": 5.0, "batch": 50.0}
+    per_class.update({k: v for k, v in slo.items() if k != "rule"})
+    missing = [c for c in settings.classes if c not in per_class]
+    if missing:
+        raise WorkloadError(f"workload.slo: no value for class {missing[0]!r}")
+    values = np.array([float(per_class[c]) for c in settings.classes])
+    if (values <= 0).any():
+        c = settings.classes[int(np.flatnonzero(values <= 0)[0])]
+        raise WorkloadError(f"workload.slo.{c}: SLO must be > 0, got {float(per_class[c])}")
+    if rule == "absolute_ms":
+        return values[cls] / 1000.0
+    if rule == "factor":
+        if batch1_s is None:
+            raise WorkloadError("workload.slo.rule factor needs the latency table (batch-1 latencies)")
+        b1 = batch1_s[variant]
+        if np.isnan(b1).any():
+            v = int(variant[np.isnan(b1)][0])
+            raise WorkloadError(f"workload.slo: latency table has no batch-1 latency for {settings.variant_names(v)}")
+        return values[cls] * b1
+    raise WorkloadError(f"workload.slo.rule: unknown rule {rule!r}; known: absolute_ms, factor")
+
+
+def generate_splits(w: dict[str, Any], settings: ServingSettings, batch1_s: np.ndarray | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, test) streams of ``n_train`` and ``n_test`` requests."""
+    seed = int(w.get("seed", 0))
+    n_train, n_test = int(w.get("n_train", 2000)), int(w.get("n_test", 2000))
+    if n_train < 1 or n_test < 1:
+        raise WorkloadError(f"workload.n_train/n_test: must be >= 1, got {n_train}/{n_test}")
+    test_w = {**w, **(w.get("test") or {})}
+    return (generate_stream(w, settings, n_train, seed, 0, batch1_s),
+            generate_stream(test_w, settings, n_test, seed + 1, 1, batch1_s))
+
+
+@dataclass
+class Requests:
+    """A request stream as engine arrays (indices per the settings)."""
+
+    frame: pd.DataFrame
+    arrival: np.ndarray
+    deadline: np.ndarray
+    size: np.ndarray
+    variant: np.ndarray
+    cls: np.ndarray
+    group: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+
+def to_requests(df: pd.DataFrame, settings: ServingSettings, source: str = "requests") -> Requests:
+    """Check a request frame against the settings (one-line errors naming ``source``) and index it."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise WorkloadError(f"{source}: missing column(s) {missing}")
+    if len(df) == 0:
+        raise WorkloadError(f"{source}: no requests")
+    idx = {}
+    for col, known in (("model", settings.model_names), ("cls", settings.classes), ("backend", settings.backends),
+                       ("precision", settings.precisions)):
+        values = df[col].astype(str)
+        bad = ~values.isin(list(known))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            what = "class" if col == "cls" else col
+            raise WorkloadError(f"{source}: row {i} has unknown {what} {values.iloc[i]!r}; known: {list(known)}")
+        idx[col] = pd.Categorical(values, categories=list(known)).codes.astype(np.int64)
+    num = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in ("arrival", "size", "slo_s")}
+    for c, v in num.items():
+        if not np.isfinite(v).all():
+            i = int(np.flatnonzero(~np.isfinite(v))[0])
+            raise WorkloadError(f"{source}: row {i} {c} {df[c].iloc[i]!r} is not a finite number")
+    checks = [("size", num["size"] < 1, ">= 1 (batch size 0 is not a request)"),
+              ("size", num["size"] > settings.max_batch, f"<= serving.max_batch {settings.max_batch}"),
+              ("size", num["size"] != np.round(num["size"]), "a whole number"),
+              ("slo_s", num["slo_s"] <= 0, "> 0")]
+    for c, bad, want in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise WorkloadError(f"{source}: row {i} {c} {float(num[c][i])} must be {want}")
+    if (np.diff(num["arrival"]) < 0).any():
+        i = int(np.flatnonzero(np.diff(num["arrival"]) < 0)[0]) + 1
+        raise WorkloadError(f"{source}: arrival not sorted at row {i} ({float(num['arrival'][i])} < "
+                            f"{float(num['arrival'][i - 1])})")
+    variant = settings.variant(idx["model"], idx["backend"], idx["precision"]).astype(np.int64)
+    return Requests(df.reset_index(drop=True), num["arrival"], num["arrival"] + num["slo_s"],
+                    num["size"].astype(np.int64), variant, idx["cls"], settings.group(variant, idx["cls"]).astype(np.int64))
+
+
+def read_requests(path: str | Path, settings: ServingSettings) -> Requests:
+    """A request file (parquet or csv) as checked engine arrays."""
+    p = Path(path)
+    try:
+        df = pd.read_csv(p) if p.suffix == ".csv" else pd.read_parquet(p)
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: not found (run the generate stage)") from None
+    except Exception as e:  # parser errors differ by format
+        raise WorkloadError(f"{p}: cannot be read ({type(e).__name__})") from None
+    return to_requests(df, settings, str(p))

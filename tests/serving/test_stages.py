@@ -1,0 +1,49 @@
+"""Every stage function of the serving kind, in order, on a tiny config in tmp_path."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from hybridsched.kinds import get_kind
+from hybridsched.kinds.base import STAGES, Run
+from tests.serving.conftest import serving_cfg
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    cfg = serving_cfg(tmp_path, models={"resnet18": 80.0}, backends=["torch"], max_batch=8, load_sweep=[0.5, 1.0])
+    cfg["serving"]["profile"].update(models=["resnet18"], backends=["torch"], measure_batches=[1, 2],
+                                     fit_batches=[4, 8], warmup=0, repeats=1)
+    cfg["serving"]["predictor"].update(n_estimators=10, test_batches=[2])
+    cfg["serving"]["dqn"].update(episodes=2, learning_starts=20, batch_size=16, hidden=8)
+    cfg["serving"]["tune"].update(n_trials=3)
+    cfg["workload"].update(n_train=150, n_test=150, rate=6.0, mix={"models": {"resnet18": 1.0},
+                                                                     "classes": {"interactive": 0.7, "batch": 0.3}})
+    return cfg
+
+
+def test_every_stage_in_order(tiny, tmp_path):
+    kind = get_kind("serving")
+    run = Run(tiny, tracking=False)
+    results = {name: getattr(kind, name)(run) for name in STAGES}
+    m = tmp_path / "metrics"
+    for f in ("profile.json", "import_report.json", "validation.json", "train_rf.json", "train_dqn.json", "tune.json",
+              "summary.json", "policies.csv", "plots/rf_importance.png", "plots/train_dqn.csv",
+              "plots/tune_history.png", "plots/latency_cdf.png", "plots/attainment_vs_load.png",
+              "plots/slo_violations.png", "plots/percentiles.png", "plots/wait_hist.png", "plots/profile.png"):
+        assert (m / f).exists(), f
+    assert (tmp_path / "models" / "best_params.yaml").exists()
+    table = results["evaluate"]
+    assert set(table.index) == set(tiny["sim"]["policies"]["serving"])
+    assert (table["attainment_vs_bound"] <= 1.0 + 1e-9).all()
+    prof = json.loads((tmp_path / "data" / "cluster_profile.json").read_text())
+    fitted = pd.DataFrame(prof["table"]).set_index("batch")["fitted"]
+    assert not fitted[1] and fitted[8]  # measured vs fitted rows are marked
+    summary = json.loads((m / "summary.json").read_text())
+    assert summary["latency_table"] == "measured"
+    # the simulate table and the evaluate table agree
+    pd.testing.assert_series_equal(results["simulate"]["slo_attainment"].sort_index(),
+                                   table["slo_attainment"].sort_index(), check_names=False)
