@@ -23,8 +23,8 @@ def compare(summaries: dict[str, dict[str, float]], bound: dict[str, float], bas
     (columns about a policy that did not run are left out)."""
     df = pd.DataFrame.from_dict(summaries, orient="index")
     df.index.name = "policy"
-    for m in ("makespan", "mean_latency"):
-        if m in df and bound.get(m):
+    for m in ("makespan", "mean_latency", *(k for k in bound if k not in ("makespan", "mean_latency"))):
+        if m in df and isinstance(bound.get(m), float | int) and bound[m]:
             df[f"{m}_vs_bound"] = df[m] / bound[m]
     if baseline in df.index:
         if "makespan" in df:

@@ -133,7 +133,7 @@ def train(reqs, settings, lat: np.ndarray, pred: np.ndarray, cfg: dict[str, Any]
     names = {f.name for f in fields(DQNSettings)}
     ds = DQNSettings.from_dict({k: v for k, v in cfg.items() if k in names})
     n_obs, n_act = N_OBS_PER_GROUP * settings.n_groups + 2, settings.n_groups
-    learner = DQNLearner(n_obs, n_act, ds, 1.0, 1.0, np.random.default_rng(ds.seed))
+    learner = DQNLearner(n_obs, n_act, ds, np.random.default_rng(ds.seed))
     start = time.perf_counter()
     history = []
     for ep in range(ds.episodes):

@@ -80,6 +80,8 @@ def _block(df: pd.DataFrame, horizon: float) -> dict[str, float]:
     q = np.quantile(lat, [0.5, 0.95, 0.99]) if len(lat) else np.full(3, np.nan)
     n = max(len(df), 1)
     return {"n": len(df), "p50_ms": q[0] * 1e3, "p95_ms": q[1] * 1e3, "p99_ms": q[2] * 1e3,
+            "mean_latency": float(lat.mean()) if len(lat) else float("nan"),  # s, as on every kind
+            "p95_latency": float(q[1]),
             "mean_latency_ms": float(lat.mean() * 1e3) if len(lat) else float("nan"),
             "mean_wait_ms": float(served["wait"].mean() * 1e3) if len(lat) else float("nan"),
             "mean_service_ms": float(served["service"].mean() * 1e3) if len(lat) else float("nan"),
@@ -114,6 +116,10 @@ def summarize(requests: pd.DataFrame, batches: pd.DataFrame, settings: ServingSe
     busy = ((batches["end"] - batches["start"]) * batches["tokens"]).sum() if len(batches) else 0.0
     out["token_utilisation"] = float(busy / (horizon * settings.token_capacity))
     out["lane_utilisation"] = float((batches["end"] - batches["start"]).sum() / (horizon * settings.lanes)) if len(batches) else 0.0
+    # energy: each lane draws busy watts while it serves a batch and idle watts otherwise
+    lane_busy = float((batches["end"] - batches["start"]).sum()) if len(batches) else 0.0
+    out["energy_j"] = lane_busy * settings.busy_w + (horizon * settings.lanes - lane_busy) * settings.idle_w
+    out["cost_usd"] = out["energy_j"] / 3.6e6 * settings.price_per_kwh
     out["mean_batch_samples"] = float(batches["samples"].mean()) if len(batches) else 0.0
     out["n_batches"] = len(batches)
     out["horizon_s"] = horizon

@@ -33,6 +33,9 @@ class ServingSettings:
     latency_table: str = "measured"  # measured | clockwork_v100 | a csv path
     profile_path: str = "data/cluster_profile.json"
     service_sigma: float = 0.05  # lognormal sigma of actual / table service time
+    busy_w: float = 30.0  # per lane, serving a batch (the `cluster` group's CPU numbers by default)
+    idle_w: float = 10.0  # per lane, idle
+    price_per_kwh: float = 0.15
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -18,6 +18,9 @@ from hybridsched.errors import DataValidationError, HybridschedError
 from hybridsched.io import atomic_dir, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.serving.settings import ServingSettings
+from hybridsched.evaluation import compare, write_report
+
+BASELINE = "fifo"  # the speed-up columns are over this policy
 
 # blocks of the ``serving`` config that are not machine settings
 SUB_BLOCKS = ("profile", "predictor", "dqn", "tune", "real", "load_sweep")
@@ -70,6 +73,22 @@ def _pred_table(run: Run, s: ServingSettings, lat: np.ndarray) -> tuple[np.ndarr
 
 
 # ---- stages -----------------------------------------------------------------------------------
+def check_config(run: Run) -> None:
+    """Every setting this kind reads, checked before the pipeline runs anything (stage
+    ``check``): the serving settings, the workload mix and SLO rule, and the policies."""
+    from hybridsched.kinds.serving.workload import generate_stream
+
+    s = settings_of(run)
+    w = run.cfg["workload"]
+    for key in ("n_train", "n_test"):
+        if int(w.get(key, 0)) < 1:
+            raise HybridschedError(f"workload.{key}: must be >= 1, got {w.get(key)}")
+    # rate, arrival process, mix, SLO rule (latencies are the profile's: ones stand in) and trace file
+    generate_stream(w, s, 2, int(w.get("seed", 0)), batch1_s=np.ones(s.n_variants))
+    for spec in run.policy_specs().values():
+        instantiate(spec)
+
+
 def profile(run: Run) -> dict[str, Any]:
     """Measure the models on this machine; write the table to ``serving.profile_path``,
     metrics/profile.json and metrics/plots/profile.png."""
@@ -253,8 +272,7 @@ def simulate(run: Run) -> pd.DataFrame:
                 sweep.append({"policy": name, "load_factor": factor, "rate": wf["rate"],
                               "slo_attainment": m["slo_attainment"], "p95_ms": m["p95_ms"]})
         write_frame(tmp / "load_sweep.csv", pd.DataFrame(sweep))
-    table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("policy")
-    table["attainment_vs_bound"] = table["slo_attainment"] / bound["slo_attainment"]
+    table = compare(rows, bound, baseline=BASELINE)
     run.track("simulate", {"bound": bound, **table[["slo_attainment", "p95_ms"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"].get("name"))
 
@@ -279,22 +297,23 @@ def evaluate(run: Run) -> pd.DataFrame:
             raise HybridschedError(f"{p}: invalid trace: {'; '.join(problems)}")
         traces[name], rows[name] = req, summarize(req, bat, s)
     bound = json.loads((run.traces_dir / "bound.json").read_text())
-    table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("policy")
-    table["attainment_vs_bound"] = table["slo_attainment"] / bound["slo_attainment"]
+    table = compare(rows, bound, baseline=BASELINE)
     sweep_path = run.traces_dir / "load_sweep.csv"
     sweep = pd.read_csv(sweep_path) if sweep_path.exists() else None
     out = run.metrics_dir
     summary = {"kind": "serving", "workload": run.cfg["workload"].get("name"), "n_requests": len(next(iter(traces.values()))),
                "latency_table": s.latency_table, "slo": run.cfg["workload"].get("slo"), "bound": bound,
                "policies": table.round(6).to_dict(orient="index")}
-    write_json(out / "summary.json", summary)
-    write_frame(out / "policies.csv", table.round(6).reset_index())
-    q = np.linspace(0, 1, 101)
-    write_frame(out / "plots" / "latency_quantiles.csv", pd.DataFrame(
-        {"quantile": q, **{n: np.nanquantile(t["latency"].to_numpy(), q) for n, t in traces.items()}}))
-    if sweep is not None:
-        write_frame(out / "plots" / "attainment_vs_load.csv", sweep)
-    pngs = save_pngs(traces, table, sweep, s.classes, out / "plots")
+    util = pd.DataFrame([{"policy": n, "device": d, "utilisation": float(table.loc[n, f"{d}_utilisation"])}
+                         for n in table.index for d in ("lane", "token")])
+    util["policy_device"] = util["policy"] + "/" + util["device"]
+    served = {n: t[~t["dropped"]] for n, t in traces.items()}
+    pngs = write_report(out, summary, table, served, util)
+    kind_dir = out / "plots" / "kind"  # this kind's own plots (a declared output of every kind)
+    with atomic_dir(kind_dir) as tmp:
+        if sweep is not None:
+            write_frame(tmp / "attainment_vs_load.csv", sweep)
+        pngs += [kind_dir / p.name for p in save_pngs(traces, table, sweep, s.classes, tmp)]
     run.track("evaluate", {"bound": bound["slo_attainment"], **table[["slo_attainment"]].to_dict(orient="index")},
               [out / "summary.json", out / "policies.csv", *pngs])
     return table
