@@ -89,7 +89,9 @@ def write_importance_report(out: Path, metrics: dict, title: str) -> list[Path]:
     from hybridsched.io import write_frame, write_json
     from hybridsched.plots import save_importance_png
 
+    from hybridsched.io import without_timings
+
     imp = metrics["importance"]
-    write_json(out / "train_rf.json", metrics)
+    write_json(out / "train_rf.json", without_timings(metrics))
     write_frame(out / "plots" / "rf_importance.csv", pd.DataFrame({"feature": list(imp), "importance": list(imp.values())}))
     return [out / "train_rf.json", save_importance_png(imp, out / "plots" / "rf_importance.png", title=title)]

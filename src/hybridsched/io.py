@@ -90,6 +90,20 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+# Wall-clock timings differ on every run: they go to stdout and MLflow, never into a file
+# under version control (a rerun must leave `git status` and `dvc status` clean).
+TIMING_KEYS = frozenset({"wall_s", "fit_s", "elapsed_s"})
+
+
+def without_timings(obj: Any) -> Any:
+    """``obj`` with every dict key in :data:`TIMING_KEYS` removed, recursively."""
+    if isinstance(obj, dict):
+        return {k: without_timings(v) for k, v in obj.items() if k not in TIMING_KEYS}
+    if isinstance(obj, list):
+        return [without_timings(v) for v in obj]
+    return obj
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temp folder beside ``path``; it replaces ``path`` only if the block succeeds."""

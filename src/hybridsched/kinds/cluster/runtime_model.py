@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from hybridsched.kinds.cluster.trace import PodTable
+from hybridsched.estimators import save_skops
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.machine.runtime_model import SKOPS_TRUSTED, make_estimator, r2_score
@@ -141,12 +142,10 @@ def permutation_importance(est: Any, F: np.ndarray, y: np.ndarray, rng: np.rando
 
 def save_pod_runtime(model: PodRuntimeModel, model_dir: str | Path, extra_meta: dict | None = None) -> Path:
     """``model.skops`` + ``meta.json`` into ``model_dir``, atomically."""
-    import skops.io as sio
-
     meta = {"format": FORMAT, "kind": model.kind, "features": list(FEATURE_NAMES), "config": model.config,
             "constant_s": model.constant_s, **(extra_meta or {})}
     with atomic_dir(model_dir) as tmp:
-        sio.dump(model.estimator, tmp / MODEL_FILE)
+        save_skops(model.estimator, tmp / MODEL_FILE)  # byte-identical for a seed
         (tmp / META_FILE).write_text(json_text(meta, str))
     return Path(model_dir)
 

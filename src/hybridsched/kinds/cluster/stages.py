@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
-from hybridsched.io import atomic_dir, write_frame, write_json
+from hybridsched.io import atomic_dir, without_timings, write_frame, write_json
 from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.cluster import workload as W
 from hybridsched.kinds.cluster.nodes import NodeCluster
@@ -98,7 +98,7 @@ def train_rf(run: Run) -> dict:
 
     rf_cfg = run.cfg["rf"]
     model, metrics = train_pod_runtime(W.read_split(run.workload_dir, "train"), rf_cfg)
-    save_pod_runtime(model, rf_cfg["model_dir"], {"workload": run.cfg["workload"]["name"], "metrics": metrics})
+    save_pod_runtime(model, rf_cfg["model_dir"], {"workload": run.cfg["workload"]["name"], "metrics": without_timings(metrics)})
     files = write_importance_report(run.metrics_dir, metrics, "pod duration RandomForest: permutation importance")
     run.track("train_rf", metrics, files)
     print(f"train_rf: pod duration model on {metrics.get('n_train')} pods, held-out R² (log) {metrics.get('r2')}")
@@ -116,8 +116,8 @@ def train_dqn(run: Run) -> dict:
     policy, metrics, history = train_node_dqn(train, _node_cluster(run, nodes), settings)
     save_node_dqn(run.cfg["dqn"]["model_dir"], policy, settings, {"workload": run.cfg["workload"]["name"]})
     out = run.metrics_dir
-    write_json(out / "train_dqn.json", metrics)
-    write_frame(out / "plots" / "train_dqn.csv", pd.DataFrame(history).drop(columns="actions").round(6))
+    write_json(out / "train_dqn.json", without_timings(metrics))
+    write_frame(out / "plots" / "train_dqn.csv", pd.DataFrame(history).drop(columns=["actions", "wall_s"]).round(6))
     run.track("train_dqn", metrics, [out / "train_dqn.json", out / "plots" / "train_dqn.csv"])
     print(f"train_dqn: {metrics['episodes']} episodes on {metrics['n_train']} pods in {metrics['wall_s']:.1f} s; "
           f"greedy train mean JCT {metrics['train_mean_jct_greedy_dqn']:.1f} s")
@@ -172,6 +172,24 @@ def _table(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, po
     return compare(summaries, bound)
 
 
+def write_kind_plots(out, traces: dict[str, pd.DataFrame], nodes: NodeTable) -> list:
+    """This kind's own plots in ``metrics/plots/kind``: allocated and fragmented GPU share of the
+    cluster over time, per policy."""
+    from hybridsched.kinds.cluster.metrics import state_timeline
+    from hybridsched.kinds.cluster.trace import MILLI
+    from hybridsched.plots import save_step_lines
+
+    cap = float(MILLI * nodes.n_gpu.sum())
+    states = {name: state_timeline(tr, nodes) for name, tr in traces.items()}
+    kind_dir = out / "plots" / "kind"
+    with atomic_dir(kind_dir) as tmp:
+        save_step_lines({n: (s[0], s[1] / cap) for n, s in states.items()}, tmp / "gpu_allocated.png",
+                        "Allocated GPU share of the cluster", "allocated / capacity")
+        save_step_lines({n: (s[0], s[2] / cap) for n, s in states.items()}, tmp / "gpu_fragmented.png",
+                        "Expected fragmented GPU share (FGD's measure)", "fragmented / capacity")
+    return sorted(kind_dir.glob("*.png"))
+
+
 def evaluate(run: Run) -> pd.DataFrame:
     """metrics/summary.json, metrics/policies.csv, the plot tables and PNGs."""
     from hybridsched.evaluation import load_traces
@@ -183,6 +201,7 @@ def evaluate(run: Run) -> pd.DataFrame:
     summary = {"workload": run.cfg["workload"]["name"], "kind": "cluster", "n_tasks": len(test),
                "nodes": nodes.summary(), "lower_bound": bound, "policies": table.round(6).to_dict(orient="index")}
     files = write_report(run.metrics_dir, summary, table, traces, W.utilisation_long(traces, nodes))
+    files += write_kind_plots(run.metrics_dir, traces, nodes)
     run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
     print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
     return table

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.estimators import save_skops
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.machine.features import FEATURE_NAMES, task_features
@@ -260,9 +261,7 @@ def save_model(model: RuntimeModel, model_dir: str | Path, extra_meta: dict | No
         if model.kind == "xgboost":
             model.estimator.save_model(str(tmp / file_name))
         else:
-            import skops.io as sio
-
-            sio.dump(model.estimator, tmp / file_name)
+            save_skops(model.estimator, tmp / file_name)  # byte-identical for a seed
         (tmp / META_FILE).write_text(json_text(meta, _json_default))
     return model_dir
 

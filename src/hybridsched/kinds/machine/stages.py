@@ -15,7 +15,7 @@ import pandas as pd
 
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
-from hybridsched.io import atomic_dir, write_frame, write_json, write_text
+from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
@@ -60,10 +60,20 @@ def check_config(run: Run) -> None:
 
 def profile(run: Run) -> dict[str, Any]:
     """Time matrix products on this machine's devices and fit the cost model's constants:
-    metrics/profile.json, metrics/plots/profile.png and ``cluster.profile_path``."""
+    metrics/profile.json, metrics/plots/profile.png and ``cluster.profile_path``.  Only with
+    ``cluster.source: profile``, where the fit is used: a measurement differs on every machine,
+    and the default pipeline must give the same bytes wherever it runs."""
     from hybridsched.kinds.machine.profiling import (ProfileSettings, fit_from_profile, plot_profile,
                                                       profile_matmul, report)
+    from hybridsched.not_applicable import write_placeholders
 
+    if run.cfg["cluster"].get("source", "config") != "profile":
+        reason = "not run: cluster.source is 'config' (the configured constants); set cluster.source=profile to measure"
+        write_json(Path(run.cfg["cluster"]["profile_path"]), {"skipped": reason})
+        write_json(run.metrics_dir / "profile.json", {"skipped": reason})
+        write_placeholders([run.metrics_dir / "plots" / "profile.png"], f"profile {reason}")
+        print(f"profile: {reason}")
+        return {"skipped": reason}
     settings = ProfileSettings.from_dict(run.cfg["profile"])
     result = profile_matmul(settings)
     fitted = fit_from_profile(result, settings)
@@ -116,7 +126,7 @@ def train_rf(run: Run) -> dict:
     cluster = _cluster(run)
     tasks = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
     model, metrics = train_runtime_model(task_matrix(tasks, cluster), cluster, rf_cfg)
-    save_model(model, rf_cfg["model_dir"], {"workload": run.cfg["workload"]["name"], "metrics": metrics})
+    save_model(model, rf_cfg["model_dir"], {"workload": run.cfg["workload"]["name"], "metrics": without_timings(metrics)})
     files = write_importance_report(run.metrics_dir, metrics, f"{metrics['model']} run-time model: permutation importance")
     flavor = "xgboost" if metrics["model"] == "xgboost" else "sklearn"
     run.track("train_rf", metrics, [*files, Path(rf_cfg["model_dir"]) / "meta.json"], model=(flavor, model.estimator))
@@ -150,8 +160,8 @@ def train_dqn(run: Run) -> dict:
         "final_train_mean_latency": last["mean_latency"], "final_train_makespan": last["makespan"],
         "time_scale_s": result.spec.time_scale, "energy_scale_j": result.spec.energy_scale,
     }
-    write_json(run.metrics_dir / "train_dqn.json", metrics)
-    write_frame(run.metrics_dir / "plots" / "train_dqn.csv", curve.round(6))
+    write_json(run.metrics_dir / "train_dqn.json", without_timings(metrics))
+    write_frame(run.metrics_dir / "plots" / "train_dqn.csv", curve.drop(columns=list(TIMING_KEYS & set(curve))).round(6))
     run.track("train_dqn", metrics, [run.metrics_dir / "train_dqn.json", run.metrics_dir / "plots" / "train_dqn.csv",
                                      Path(run.cfg["dqn"]["model_dir"]) / "meta.json"],
               model=("pytorch", result.learner.q, {"input_example": np.zeros((1, result.spec.n_state), np.float32)}))
@@ -176,7 +186,7 @@ def tune(run: Run) -> dict:
     summary = run_study(settings, run.cfg, train, cluster)
     header = f"# Written by the tune stage (study {summary['study']}); read when use_tuned=true.\n"
     write_text(run.path("best_params"), header + yaml.safe_dump(summary["tuned_config"], sort_keys=True))
-    write_json(run.metrics_dir / "tune.json", {k: v for k, v in summary.items() if k != "tuned_config"})
+    write_json(run.metrics_dir / "tune.json", without_timings({k: v for k, v in summary.items() if k != "tuned_config"}))
     pngs = save_plots(settings, summary["study"], run.metrics_dir / "plots")
     run.track("tune", {"best": summary["best"], "default": summary["default"] or {}}, [run.metrics_dir / "tune.json", *pngs])
     print(f"tune: {summary['n_complete']} trials, default {summary['default']} -> best {summary['best']}")
@@ -233,6 +243,17 @@ def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks
     return compare(summaries, bound)
 
 
+def write_kind_plots(out: Path, traces: dict[str, pd.DataFrame], cluster: Cluster) -> list[Path]:
+    """This kind's own plots in ``metrics/plots/kind``: a Gantt chart of each policy's first minute."""
+    from hybridsched.plots import save_machine_gantt
+
+    kind_dir = out / "plots" / "kind"
+    with atomic_dir(kind_dir) as tmp:
+        for name, tr in traces.items():
+            save_machine_gantt(tr, cluster.n_gpus, name, tmp / f"gantt_{name}.png")
+    return sorted(kind_dir.glob("*.png"))
+
+
 def evaluate(run: Run) -> pd.DataFrame:
     """metrics/summary.json, metrics/policies.csv, the plot tables and PNGs from the traces."""
     from hybridsched.evaluation import load_traces, utilisation_table
@@ -244,6 +265,7 @@ def evaluate(run: Run) -> pd.DataFrame:
     summary = {"workload": run.cfg["workload"]["name"], "kind": "machine", "n_tasks": len(tasks), "lower_bound": bound,
                "policies": table.round(6).to_dict(orient="index")}
     files = write_report(run.metrics_dir, summary, table, traces, utilisation_table(table, cluster.n_gpus))
+    files += write_kind_plots(run.metrics_dir, traces, cluster)
     run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
     print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
     return table

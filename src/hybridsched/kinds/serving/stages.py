@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import DataValidationError, HybridschedError
-from hybridsched.io import atomic_dir, write_frame, write_json, write_text
+from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.serving.settings import ServingSettings
 from hybridsched.evaluation import compare, write_report
@@ -159,9 +159,9 @@ def train_rf(run: Run) -> dict[str, Any]:
         import joblib
 
         joblib.dump(model, tmp / "model.joblib")
-        write_json(tmp / "meta.json", {"kind": "serving", "metrics": metrics})
+        write_json(tmp / "meta.json", {"kind": "serving", "metrics": without_timings(metrics)})
     out = run.metrics_dir
-    write_json(out / "train_rf.json", metrics)
+    write_json(out / "train_rf.json", without_timings(metrics))
     write_frame(out / "plots" / "rf_importance.csv", pd.DataFrame({"feature": list(imp), "importance": list(imp.values())}))
     png = save_importance_png(imp, out / "plots" / "rf_importance.png", title=f"{kind} latency predictor: importance")
     run.track("train_rf", metrics, [out / "train_rf.json", png])
@@ -187,8 +187,8 @@ def train_dqn(run: Run) -> dict[str, Any]:
                "final_mean_reward": float(hist["mean_reward"].iloc[-1]),
                "final_train_slo_attainment": float(hist["slo_attainment"].iloc[-1]),
                "best_train_slo_attainment": float(hist["slo_attainment"].max())}
-    write_json(run.metrics_dir / "train_dqn.json", metrics)
-    write_frame(run.metrics_dir / "plots" / "train_dqn.csv", hist.round(6))
+    write_json(run.metrics_dir / "train_dqn.json", without_timings(metrics))
+    write_frame(run.metrics_dir / "plots" / "train_dqn.csv", hist.drop(columns=list(TIMING_KEYS & set(hist))).round(6))
     run.track("train_dqn", metrics, [run.metrics_dir / "train_dqn.json"])
     return metrics
 
@@ -212,7 +212,7 @@ def tune(run: Run) -> dict[str, Any]:
     with atomic_dir(cfg.get("dir", "models/tune")) as tmp:
         write_frame(tmp / "trials.csv", study.trials_dataframe())
     summary = {k: v for k, v in res.items() if k != "tuned_config"}
-    write_json(run.metrics_dir / "tune.json", summary)
+    write_json(run.metrics_dir / "tune.json", without_timings(summary))
     from optuna.visualization import matplotlib as ovm
 
     plots = run.metrics_dir / "plots"
