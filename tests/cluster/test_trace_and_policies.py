@@ -1,5 +1,5 @@
 """The Alibaba GPU trace v2023 importer, the Gavel speed table, the node-cluster simulator and
-its policies (src/hybridsched/alibaba.py, src/hybridsched/nodesim/)."""
+its policies (src/hybridsched/kinds/cluster/)."""
 
 from __future__ import annotations
 

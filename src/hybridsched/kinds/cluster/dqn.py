@@ -11,7 +11,7 @@ Action space (node scoring): each action is one rule that ranks the feasible nod
 So every action is always feasible (no masking) and the network stays small.  The queue order
 is EFT's (class-mean estimate), so ``dqn`` and ``eft`` differ only in where tasks go.
 
-State (all scaled to about [0, 1]): the pod's features (``learn/pod_runtime.pod_features``) and
+State (all scaled to about [0, 1]): the pod's features (``runtime_model.pod_features``) and
 log class-mean duration; cluster-wide free GPU and CPU share, log queue length and running
 count, feasible-node share and the fastest / slowest mean speed among feasible nodes; the free
 GPU share of each GPU model.
@@ -75,7 +75,7 @@ class NodeDQN(NodePolicy):
     """Greedy (or epsilon-greedy) in the Q-network's actions; learns when given a learner."""
 
     name = "dqn"
-    # set by learn.node_dqn while training
+    # set by dqn_train while training
     forced_action: int | None = None  # calibration run: always this action
     epsilon_fn: Callable[[int], float] = staticmethod(lambda step: 0.0)
     time_scale: float = 1.0
@@ -88,7 +88,7 @@ class NodeDQN(NodePolicy):
         self.eft = EarliestFinishTime()
         self.weights: list[np.ndarray] | None = None
         self.gpu_models: tuple[str, ...] | None = None
-        self.learner = None  # set by learn.node_dqn.train
+        self.learner = None  # set by dqn_train.train_node_dqn
 
     def fit(self, train: PodTable) -> None:
         self.eft.fit(train)

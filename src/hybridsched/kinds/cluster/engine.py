@@ -103,14 +103,14 @@ class NodeTrace:
 
 
 def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | None = None) -> NodeTrace:
-    """Run ``policy`` (see ``nodesim/policies.py``) on the tasks; every task must fit some node of
+    """Run ``policy`` (see ``policies.py``) on the tasks; every task must fit some node of
     an empty cluster (``fits_empty``), else it could wait forever and this raises."""
     n = len(inp)
     fits_any = fits_empty(inp, cluster).any(axis=1)
     if not fits_any.all():
         bad = int(np.flatnonzero(~fits_any)[0])
         raise HybridschedError(f"task {inp.tasks.name[bad]!r} fits no node of the cluster even when it is empty "
-                               f"(drop such tasks first: nodesim.pipeline.drop_infeasible)")
+                               f"(the cluster kind drops them at import: fits_no_sampled_node)")
     if n and not np.isfinite(inp.tasks.duration).all():
         raise HybridschedError("some tasks have no duration (an untimed pod list: set workload.untimed_duration_s)")
     policy.prepare(inp, cluster)

@@ -10,7 +10,7 @@ from hybridsched.kinds.cluster.policies import EstimatePolicy
 
 class HybridML(EstimatePolicy):
     """EFT whose duration estimate is a RandomForest's prediction from the pod's features
-    (``learn/pod_runtime.py``): loaded from ``model_dir`` (the train_rf stage's output), or, with
+    (``runtime_model.py``): loaded from ``model_dir`` (the train_rf stage's output), or, with
     ``model_dir: null``, fitted on the training split by ``fit`` with the ``rf`` settings."""
 
     name = "hybrid_ml"

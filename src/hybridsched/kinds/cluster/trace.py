@@ -9,7 +9,7 @@ Two files of ``cluster-trace-gpu-v2023/csv/``, read by path (never copied into t
   - arrival   = ``creation_time`` shifted so the first kept pod arrives at 0, divided by
     ``time_compression`` (> 1 packs the same pods into less time: more load);
   - duration  = ``deletion_time - scheduled_time`` (its run time in production, taken as the
-    run time on the reference GPU type, see ``nodesim/speeds.py``);
+    run time on the reference GPU type, see ``speeds.py``);
   - GPU demand: ``num_gpu`` GPUs on one node, each with ``gpu_milli``/1000 of its capacity free
     (``num_gpu = 1, gpu_milli < 1000`` is a GPU-sharing task; ``num_gpu = 0`` is CPU-only);
   - CPU ``cpu_milli`` (1000 = one core) and memory ``memory_mib`` on that node;

@@ -3,7 +3,7 @@
 The learner, network and epsilon schedule are the shared RL core (``rl/dqn.py``); this
 module is the machine's environment side: its action space, its reward and its training loop.
 
-* **State** (``learn/dqn_state.py``): task features (standardised logs of size, memory and
+* **State** (``kinds/machine/dqn_state.py``): task features (standardised logs of size, memory and
   nominal CPU/GPU time, intensity, max GPU fraction), the believed backlog of every device,
   and per action its nominal finish time and busy energy given those backlogs.
 * **Actions**: CPU only, then each GPU at each of ``fractions`` (1 + 4 * n_gpus actions);

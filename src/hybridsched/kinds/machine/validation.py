@@ -108,7 +108,7 @@ def validate_frame(df: pd.DataFrame, name: str, max_memory_mb: float, context: A
                    suite_builder: Callable[[list[str], float], list[Any]] | None = None) -> dict[str, Any]:
     """Run the suite on one task table; the per-file part of metrics/validation.json.
     ``suite_builder(columns, max_memory_mb)`` replaces ``build_suite`` for another schema
-    (the Alibaba pod tables: ``nodesim/validation.py``)."""
+    (the Alibaba pod tables: ``kinds/cluster/validation.py``)."""
     gx, _ = _gx()
     context = context or ephemeral_context()
     data = df.copy()

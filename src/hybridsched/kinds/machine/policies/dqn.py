@@ -1,6 +1,6 @@
 """The DQN policy: a dueling Q-network picks (device, GPU fraction) for each task.
 
-Inference is a compiled kernel (``learn.dqn_state.dqn_decide``): the trained weights travel
+Inference is a compiled kernel (``dqn_state.dqn_decide``): the trained weights travel
 in ``params`` and the forward pass runs in numba, so the simulator never
 calls back into Python or torch per decision.
 
@@ -8,7 +8,7 @@ The same kernel acts while learning (training, and online adaptation during
 evaluation): it takes a random action when the task's pre-drawn uniform is below
 epsilon, and records each decision (order, time, action, clamped fraction, state) in
 ``pdata``.  ``observe`` turns finished tasks into transitions, with the actual
-response time and energy rebuilt by ``learn.outcomes.OutcomeClock``, and hands them to
+response time and energy rebuilt by ``outcomes.OutcomeClock``, and hands them to
 the learner, whose gradient steps show up in ``params`` at the next ``kernel_data``.
 """
 

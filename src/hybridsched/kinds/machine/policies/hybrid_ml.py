@@ -9,7 +9,7 @@ Online (``online: true``): every ``retrain_every`` completions the engine hands 
 finished tasks; their actual ``C`` and ``G`` are recovered from the part durations
 (CPU part ``(1 - f) C``, GPU part ``launch_s + f G``), the residuals against the offline
 model go into a sliding window of the last ``window`` observations, a small residual
-model is refitted on it (see ``learn.online`` for why) and the undecided tasks are
+model is refitted on it (see ``kinds/machine/online.py`` for why) and the undecided tasks are
 re-predicted in one batch.
 """
 
