@@ -6,13 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from hybridsched.kinds.serving.latency import dense_latency
 from hybridsched.kinds.serving.settings import ServingSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-CONF = ROOT / "conf"
 
 
 def linear_table(settings: ServingSettings, base_s: dict[str, float] | None = None,
@@ -31,24 +29,15 @@ def dense(settings: ServingSettings) -> np.ndarray:
 
 
 def serving_cfg(tmp_path: Path, **serving_overrides) -> dict:
-    """The composed config of a serving run, built from conf/ by hand, with every path in tmp_path."""
-    kind = yaml.safe_load((CONF / "kinds" / "serving.yaml").read_text())
-    workload = yaml.safe_load((CONF / "workload" / "serving.yaml").read_text())
-    serving = kind["serving"]
-    serving["profile_path"] = str(tmp_path / "data" / "cluster_profile.json")
-    serving["predictor"]["model_dir"] = str(tmp_path / "models" / "rf")
-    serving["dqn"]["model_dir"] = str(tmp_path / "models" / "dqn")
-    serving["tune"]["dir"] = str(tmp_path / "models" / "tune")
-    serving.update(serving_overrides)
-    policies = {}
-    for p in sorted((CONF / "policy" / "serving").glob("*.yaml")):
-        spec = yaml.safe_load(p.read_text())
-        if spec.get("model_dir") == "${serving.dqn.model_dir}":
-            spec["model_dir"] = serving["dqn"]["model_dir"]
-        policies[p.stem] = spec
-    return {"workload": workload, "serving": serving, "policies": {"serving": policies},
-            "sim": {"seed": 0, "policies": {"serving": kind["sim"]["policies"]["serving"]}},
-            "tracking": {"enabled": False},
-            "paths": {"best_params": str(tmp_path / "models" / "best_params.yaml"),
-                      "workload_dir": str(tmp_path / "data" / "workload"),
-                      "traces_dir": str(tmp_path / "data" / "traces"), "metrics_dir": str(tmp_path / "metrics")}}
+    """The composed config of a serving run (conf/ with workload=serving), every path in tmp_path;
+    ``serving_overrides`` replace keys of the ``serving`` block."""
+    from tests.runs import compose_run
+
+    run = compose_run(
+        "workload=serving", f"cluster.profile_path={tmp_path / 'data' / 'cluster_profile.json'}",
+        f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}",
+        f"serving.tune.dir={tmp_path / 'models' / 'tune'}", f"paths.best_params={tmp_path / 'models' / 'best_params.yaml'}",
+        f"paths.workload_dir={tmp_path / 'data' / 'workload'}", f"paths.traces_dir={tmp_path / 'data' / 'traces'}",
+        f"paths.metrics_dir={tmp_path / 'metrics'}")
+    run.cfg["serving"].update(serving_overrides)
+    return run.cfg

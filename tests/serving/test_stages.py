@@ -38,7 +38,7 @@ def test_every_stage_in_order(tiny, tmp_path):
     assert (tmp_path / "models" / "best_params.yaml").exists()
     table = results["evaluate"]
     assert set(table.index) == set(tiny["sim"]["policies"]["serving"])
-    assert (table["attainment_vs_bound"] <= 1.0 + 1e-9).all()
+    assert (table["slo_attainment_vs_bound"] <= 1.0 + 1e-9).all()
     prof = json.loads((tmp_path / "data" / "cluster_profile.json").read_text())
     fitted = pd.DataFrame(prof["table"]).set_index("batch")["fitted"]
     assert not fitted[1] and fitted[8]  # measured vs fitted rows are marked
