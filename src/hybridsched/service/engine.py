@@ -307,14 +307,15 @@ class Race:
                 self._wake.clear()
                 last = time.monotonic()
                 continue
+            if max_tasks is not None and self.total >= max_tasks:
+                self._finish()
+                return
             if pending is None or pending.released >= len(pending.seg.tasks):
                 if pending is not None:
                     self._release_events(pending, np.inf)
                 seg = stream.segment(k, offset)
-                if seg is None or (max_tasks is not None and self.total >= max_tasks):
-                    with self._lock:
-                        self.state = "finished"
-                    self._note({"kind": "run_finished", "run_id": self.run_id, "tasks": self.total})
+                if seg is None:
+                    self._finish()
                     return
                 if skip:  # resuming inside a segment: its committed prefix is not decided again
                     seg = Segment(seg.index, seg.tasks.subset(np.arange(skip, len(seg.tasks))),
@@ -342,6 +343,11 @@ class Race:
             if speed > 0 and hi < len(arrival):
                 self._wake.wait(self.settings.tick_s)
                 self._wake.clear()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self.state = "finished"
+        self._note({"kind": "run_finished", "run_id": self.run_id, "tasks": self.total})
 
     def _simulate(self, seg: Segment, lanes: list[Lane]) -> _Pending:
         outputs = []
