@@ -33,7 +33,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     print(f"hybridsched: serving on http://{settings.host}:{settings.port}/ (database "
           f"{app.state.svc.store._safe_url()})", flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, ws="websockets-sansio",
+                timeout_graceful_shutdown=10)
     return 0
 
 

@@ -49,26 +49,31 @@ def make_settings(base_settings, tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, base_settings) -> dict:
-    """A small RandomForest and a briefly trained DQN (seconds), and the policy specs using them."""
+    """A small RandomForest and an untrained DQN network (seconds), and the policy specs using them."""
     import numpy as np
 
     from hybridsched.kinds.machine.devices import cluster_from_config
     from hybridsched.kinds.machine.engine import task_matrix
     from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model
     from hybridsched.kinds.machine.workload import WorkloadSpec, generate
-    from hybridsched.rl.dqn import DQNSettings, train
-    from hybridsched.rl.dqn import save_model as save_dqn
+    import torch
+
+    from hybridsched.kinds.machine.dqn_state import StateSpec
+    from hybridsched.rl.dqn import DQNSettings, QNetwork, save_network
 
     root = tmp_path_factory.mktemp("models")
     cluster = cluster_from_config(base_settings.machine["cluster"])
     tasks = generate(WorkloadSpec(rate=6.0), 400, np.random.default_rng(1))
+    X = task_matrix(tasks, cluster)
     rf_cfg = {"model": "random_forest", "seed": 0, "test_fraction": 0.25, "importance_repeats": 1,
               "random_forest": {"n_estimators": 10, "max_depth": 8, "min_samples_leaf": 3, "n_jobs": 1}}
-    model, _ = train_runtime_model(task_matrix(tasks, cluster), cluster, rf_cfg)
+    model, _ = train_runtime_model(X, cluster, rf_cfg)
     save_model(model, root / "rf")
-    result = train(tasks.subset(np.arange(150)), cluster, DQNSettings(episodes=1, buffer_size=1000, batch_size=32,
-                                                                      learning_starts=50, hidden=16))
-    save_dqn(root / "dqn", result)
+    # the service only needs a loadable network of the right shape: an untrained one is enough
+    dqn = DQNSettings(hidden=16)
+    spec = StateSpec.fit(X, cluster, dqn.fractions)
+    torch.manual_seed(0)
+    save_network(root / "dqn", QNetwork(spec.n_state, spec.n_actions, dqn.hidden), spec, dqn)
     specs = dict(base_settings.machine["policies"])
     for name, spec in specs.items():
         if "model_dir" in spec:
@@ -96,7 +101,7 @@ class ThreadServer:
 
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    ws="websockets"))
+                                                    ws="websockets-sansio"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

@@ -325,6 +325,7 @@ class Race:
                 pending = self._simulate(seg, lanes)
                 offset = float(seg.tasks.arrival[-1]) if stream.relative else 0.0
                 k += 1
+                last = time.monotonic()  # deciding ahead takes wall time the simulated clock must not count
                 if clock is None:
                     clock = float(seg.tasks.arrival[0])
             now = time.monotonic()

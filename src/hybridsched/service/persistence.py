@@ -29,6 +29,15 @@ def _nullable(a: np.ndarray) -> list:
     return [None if x != x else x for x in a.tolist()]
 
 
+def _rows(cols: dict[str, Any]) -> list[dict[str, Any]]:
+    """Column arrays (and scalars shared by every row) as row dicts for an executemany."""
+    n = max((len(v) for v in cols.values() if isinstance(v, np.ndarray)), default=0)
+    lists = [(_nullable(v) if v.dtype.kind == "f" else v.tolist()) if isinstance(v, np.ndarray) else [v] * n
+             for v in cols.values()]
+    keys = list(cols)
+    return [dict(zip(keys, row)) for row in zip(*lists)]
+
+
 @dataclass
 class Batch:
     """Rows for a consecutive block of a run's tasks, with every policy's results for them."""
@@ -193,15 +202,7 @@ class Store:
                      for r in zip([batch.run_id] * n, t["task_id"].tolist(), t["segment"].tolist(),
                                   t["arrival"].tolist(), t["size"].tolist(), t["intensity"].tolist(),
                                   t["memory_mb"].tolist(), t["priority"].tolist(), _nullable(t["deadline"]))]
-        result_rows: list[dict] = []
-        for r in batch.results:
-            m = len(r["task_id"])
-            cols = {"run_id": [batch.run_id] * m, "policy": [r["policy"]] * m}
-            for k, v in r.items():
-                if k != "policy":
-                    cols[k] = _nullable(v) if v.dtype.kind == "f" else v.tolist()
-            keys = list(cols)
-            result_rows.extend(dict(zip(keys, row)) for row in zip(*cols.values()))
+        result_rows = [row for r in batch.results for row in _rows({"run_id": batch.run_id, **r})]
         with self.engine.begin() as conn:
             if task_rows:
                 conn.execute(insert(TaskRow), task_rows)
@@ -210,12 +211,9 @@ class Store:
                                                   for c, p in batch.deps.tolist()])
             if result_rows:
                 conn.execute(insert(ResultRow), result_rows)
-            for tr in batch.training:
-                rows = [dict(zip(tr, row)) for row in zip(*(_nullable(v) if isinstance(v, np.ndarray) and v.dtype.kind == "f"
-                                                             else (v.tolist() if isinstance(v, np.ndarray) else v)
-                                                             for v in tr.values()))]
-                if rows:
-                    conn.execute(insert(TrainingRow), rows)
+            training_rows = [row for tr in batch.training for row in _rows(tr)]
+            if training_rows:
+                conn.execute(insert(TrainingRow), training_rows)
             if batch.retrains:
                 conn.execute(insert(RetrainRow), batch.retrains)
             conn.execute(update(RunRow).where(RunRow.id == batch.run_id)
