@@ -92,13 +92,19 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> di
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from hydra.errors import HydraException
+
     overrides = list(overrides or [])
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-        cfg = hydra_compose("config", overrides=overrides)
-        if "service" not in cfg:  # the group is optional in config.yaml's defaults
-            cfg = hydra_compose("config", overrides=[*overrides, "+service=default"])
-    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            if "service" not in hydra_compose("config"):  # the group is optional in config.yaml's defaults
+                overrides = ["+service=default", *overrides]
+            cfg = hydra_compose("config", overrides=overrides)
+    except HydraException as e:
+        raise HybridschedError(f"config overrides {overrides}: {str(e).splitlines()[0]}") from None
+    finally:
+        GlobalHydra.instance().clear()
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
