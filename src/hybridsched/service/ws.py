@@ -56,17 +56,23 @@ class Hub:
     async def run(self) -> None:
         """Broadcast forever (cancelled at shutdown)."""
         last_cache = 0.0
+        notes: list[dict] = []
+        last_kind = "update"
         while True:
             await asyncio.sleep(self.tick_s)
             now = time.monotonic()
             if self.cache is not None and now - last_cache >= 1.0:
                 last_cache = now
                 await asyncio.to_thread(self.cache.put_status, self.race.status())
-            notes = self.race.take_notifications()
+            notes.extend(self.race.take_notifications())
+            del notes[:-1000]  # nobody reading: keep the newest
             if not self.clients:
                 continue
-            if notes:  # this tick carries the notifications; the update keeps accumulating
+            # one message per tick; notifications and updates take turns so neither starves
+            if notes and (last_kind == "update" or not self._update_due(now)):
                 self._offer(dumps({"type": "notification", "events": notes}), now)
+                notes = []
+                last_kind = "notification"
                 continue
             update = self.race.take_update()
             if update is None:
@@ -75,6 +81,11 @@ class Hub:
                 continue  # nothing new: one update a second keeps idle dashboards in sync
             self._heartbeat = now
             self._offer(dumps(update), now)
+            last_kind = "update"
+
+    def _update_due(self, now: float) -> bool:
+        """Whether an update has something to say (the race is running, or a heartbeat is due)."""
+        return self.race.state == "running" or now - self._heartbeat >= 1.0
 
     def _offer(self, text: str, now: float) -> None:
         for c in list(self.clients):

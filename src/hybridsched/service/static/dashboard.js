@@ -26,7 +26,7 @@ const charts = {
     options: { parsing: false, scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" } }, y: { min: 0, max: 1 } } } }),
   retrain: new Chart($("chart-retrain"), { type: "scatter", data: { datasets: [{ label: "retrain", data: [], pointRadius: 3 }] },
     options: { plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "sim time (s)" } },
-      y: { ticks: { stepSize: 1, callback: (v) => policies[v] ?? "" }, min: -0.5 } } } }),
+      y: { ticks: { stepSize: 1, callback: (v) => policies[v] ?? "" }, min: -1 } } } }),
   gantt: new Chart($("chart-gantt"), { type: "bar", data: { labels: [], datasets: [{ label: "parts", data: [], backgroundColor: [] }] },
     options: { indexAxis: "y", parsing: { xAxisKey: "x", yAxisKey: "y" }, plugins: { legend: { display: false } },
       scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" } }, y: { type: "category" } } } }),
@@ -83,7 +83,7 @@ function drawUtil() {
 function drawRetrains() {
   charts.retrain.data.datasets[0].data = retrains;
   charts.retrain.data.datasets[0].backgroundColor = retrains.map((r) => COLORS[r.y % COLORS.length]);
-  charts.retrain.options.scales.y.max = Math.max(policies.length - 0.5, 0.5);
+  charts.retrain.options.scales.y.max = Math.max(policies.length, 1);
   charts.retrain.$hasData = retrains.length > 0;
   charts.retrain.update();
 }
@@ -155,7 +155,9 @@ async function gantt() {
   charts.gantt.update();
 }
 
+window.hybridschedUpdates = 0;  // updates drawn (the browser test waits for several)
 function onUpdate(u) {
+  window.hybridschedUpdates += 1;
   nDevices = (u.utilisation && Object.values(u.utilisation)[0] || []).length || nDevices;
   showStatus({ state: u.state, run_id: u.run_id, tasks: u.tasks, sim_time: u.sim_time, speed: u.speed,
                policies: u.winloss.policies });
