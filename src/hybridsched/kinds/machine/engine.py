@@ -176,6 +176,78 @@ def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, g
                 return False
 
 
+class Session:
+    """One policy's run over one task table, advanced in resumable steps.
+
+    ``step`` runs the loop until it stops (``observe_every`` completions buffered, or every
+    task decided), hands the completions to the policy and returns True once finished.
+    ``free_at`` / ``believed_free`` start the devices busy (true and believed free times),
+    so consecutive tables of one stream can run on the same cluster (the live service).
+    """
+
+    def __init__(self, tasks: TaskTable, cluster: Cluster, policy, realization: Realization,
+                 compiled: bool = True, free_at: np.ndarray | None = None,
+                 believed_free: np.ndarray | None = None) -> None:
+        n = len(tasks)
+        self.tasks, self.cluster, self.policy, self.realization = tasks, cluster, policy, realization
+        self.X = task_matrix(tasks, cluster)
+        policy.prepare(tasks, cluster, self.X)
+        if policy.clairvoyant:
+            policy.reveal(realization)
+        self._decide, use_compiled = _decider(policy, compiled)
+        self._loop = _run if use_compiled else _run.py_func
+        self._every = int(policy.observe_every) if policy.observe_every else 0
+        has_parents = np.diff(tasks.parent_ptr) > 0
+        self._root_order = np.flatnonzero(~has_parents).astype(np.int64)  # rows are sorted by arrival
+        self._child_ptr, self._child_idx = tasks.children_csr()
+        self._pending = np.diff(tasks.parent_ptr).astype(np.int64)
+        nan = np.full(n, np.nan)
+        self.out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(),
+                        gs=nan.copy(), ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
+        self.true_free = np.zeros(cluster.n_devices) if free_at is None else np.array(free_at, dtype=np.float64)
+        self.est = self.true_free.copy() if believed_free is None else np.array(believed_free, dtype=np.float64)
+        self.ready = tasks.arrival.astype(np.float64).copy()
+        self.state = np.zeros(5, dtype=np.int64)
+        self._heaps = [np.empty(n + 1), np.empty(n + 1, dtype=np.int64), np.empty(n + 1), np.empty(n + 1, dtype=np.int64)]
+        self._obs = np.empty(n + 1, dtype=np.int64)
+        self.finished = False
+        self.last_observed = np.zeros(0, dtype=np.int64)  # rows handed to observe() by the last step
+
+    @property
+    def decided(self) -> int:
+        """Tasks decided so far."""
+        return int(self.state[_DECIDED])
+
+    def step(self) -> bool:
+        """Advance to the next stop; True when every task is decided."""
+        if self.finished:
+            return True
+        out, every = self.out, self._every
+        pdata, params = self.policy.kernel_data()
+        self.finished = bool(self._loop(
+            self._decide, self.X, pdata, params, self.tasks.arrival, self.realization.cpu_factor,
+            self.realization.gpu_factor, self.cluster.launch_s, self.cluster.cpu_busy_w, self.cluster.gpu_busy_w,
+            self._root_order, self._child_ptr, self._child_idx, self._pending, self.est, self.true_free, self.ready,
+            self.state, *self._heaps, self._obs, every, *out.values()))
+        self.last_observed = self._obs[:0]
+        if every and self.state[_OBS_N] > 0:
+            k = int(self.state[_OBS_N])
+            done = self._obs[:k].copy()
+            self.policy.observe(done, out["frac"][done], out["ce"][done] - out["cs"][done],
+                                out["ge"][done] - out["gs"][done])
+            self.state[_OBS_N] = 0
+            self.last_observed = done
+        if self.finished and self.decided != len(self.tasks):
+            raise RuntimeError(f"engine decided {self.decided} of {len(self.tasks)} tasks")  # unreachable for acyclic input
+        return self.finished
+
+    def trace(self) -> Trace:
+        """The per-task results (complete once ``step`` returned True)."""
+        o = self.out
+        return Trace(self.policy.name, self.tasks.task_id, self.tasks.arrival, self.ready, o["gpu"], o["frac"],
+                     o["cs"], o["ce"], o["gs"], o["ge"], o["gmem"], o["end"], o["energy"])
+
+
 def simulate(
     tasks: TaskTable,
     cluster: Cluster,
@@ -185,47 +257,10 @@ def simulate(
 ) -> Trace:
     """Run ``policy`` on ``tasks``. Same inputs, same trace: all randomness is in ``realization``
     and in the policy's own seeded generator."""
-    n = len(tasks)
-    X = task_matrix(tasks, cluster)
-    policy.prepare(tasks, cluster, X)
-    if policy.clairvoyant:
-        policy.reveal(realization)
-
-    decide, use_compiled = _decider(policy, compiled)
-    run = _run if use_compiled else _run.py_func
-    every = int(policy.observe_every) if policy.observe_every else 0
-
-    has_parents = np.diff(tasks.parent_ptr) > 0
-    root_order = np.flatnonzero(~has_parents).astype(np.int64)  # rows are sorted by arrival
-    child_ptr, child_idx = tasks.children_csr()
-    pending = np.diff(tasks.parent_ptr).astype(np.int64)
-    nan = np.full(n, np.nan)
-    out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(),
-               gs=nan.copy(), ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
-    est = np.zeros(cluster.n_devices)
-    true_free = np.zeros(cluster.n_devices)
-    ready = tasks.arrival.astype(np.float64).copy()
-    state = np.zeros(5, dtype=np.int64)
-    heaps = [np.empty(n + 1), np.empty(n + 1, dtype=np.int64), np.empty(n + 1), np.empty(n + 1, dtype=np.int64)]
-    obs = np.empty(n + 1, dtype=np.int64)
-
-    while True:
-        pdata, params = policy.kernel_data()
-        finished = run(decide, X, pdata, params, tasks.arrival, realization.cpu_factor, realization.gpu_factor,
-                       cluster.launch_s, cluster.cpu_busy_w, cluster.gpu_busy_w,
-                       root_order, child_ptr, child_idx, pending, est, true_free, ready, state, *heaps,
-                       obs, every, *out.values())
-        if every and state[_OBS_N] > 0:
-            k = int(state[_OBS_N])
-            done = obs[:k].copy()
-            policy.observe(done, out["frac"][done], out["ce"][done] - out["cs"][done], out["ge"][done] - out["gs"][done])
-            state[_OBS_N] = 0
-        if finished:
-            break
-    if state[_DECIDED] != n:
-        raise RuntimeError(f"engine decided {state[_DECIDED]} of {n} tasks")  # unreachable for acyclic input
-    return Trace(policy.name, tasks.task_id, tasks.arrival, ready, out["gpu"], out["frac"], out["cs"], out["ce"],
-                 out["gs"], out["ge"], out["gmem"], out["end"], out["energy"])
+    session = Session(tasks, cluster, policy, realization, compiled)
+    while not session.step():
+        pass
+    return session.trace()
 
 
 def _decider(policy, compiled: bool) -> tuple[Callable, bool]:

@@ -1,0 +1,96 @@
+"""The ``hybridsched`` command.
+
+- ``hybridsched serve [--port N] [--host H] [OVERRIDE ...]``: the live service under uvicorn
+  (Hydra overrides such as ``service.speed=100 workload=dag``); SIGINT/SIGTERM stop the race
+  and commit everything before exit.
+- ``hybridsched export-run --run ID --out DIR``: a run's results as per-policy traces (the
+  simulate stage's layout), for ``evaluate`` and the plots.
+- ``hybridsched openapi --out docs/api.md``: the API reference from the app's OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hybridsched.errors import HybridschedError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hybridsched.service.app import create_app
+    from hybridsched.service.engine import Race
+    from hybridsched.service.persistence import Store
+    from hybridsched.service.settings import check_policies, load_settings
+
+    settings = load_settings(args.overrides, host=args.host, port=args.port)
+    check_policies(settings)
+    # a missing model fails here, in one line, before the server starts
+    Race(settings, Store("sqlite://")).check()
+    if settings.ensure_token():
+        print(f"hybridsched: generated API token (set HYBRIDSCHED_TOKEN to choose one): {settings.token}", flush=True)
+    app = create_app(settings)
+    print(f"hybridsched: serving on http://{settings.host}:{settings.port}/ (database "
+          f"{app.state.svc.store._safe_url()})", flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, ws="websockets-sansio",
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from hybridsched.service.persistence import Store
+    from hybridsched.service.settings import load_settings
+
+    settings = load_settings(args.overrides)
+    store = Store(settings.database_url)
+    out = store.export_run(args.run, args.out)
+    print(f"export-run: run {args.run} -> {out}")
+    return 0
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from hybridsched.service.app import create_app
+    from hybridsched.service.openapi_doc import render
+    from hybridsched.service.settings import load_settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings([], database_url=f"sqlite:///{tmp}/openapi.db", token="unused")
+        text = render(create_app(settings).openapi())
+    from hybridsched.io import write_text
+
+    write_text(args.out, text)
+    print(f"openapi: {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``hybridsched`` console script."""
+    p = argparse.ArgumentParser(prog="hybridsched")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the live service (uvicorn)")
+    s.add_argument("--host", default=None, help="bind address (default: service.host, 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help="port (default: service.port, 8000)")
+    s.add_argument("--log-level", default="info")
+    s.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. service.speed=100 workload=dag")
+    s.set_defaults(fn=_serve)
+    e = sub.add_parser("export-run", help="write a run's per-policy traces into a folder")
+    e.add_argument("--run", type=int, required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("overrides", nargs="*")
+    e.set_defaults(fn=_export)
+    o = sub.add_parser("openapi", help="write the API reference (markdown) from the OpenAPI schema")
+    o.add_argument("--out", default="docs/api.md")
+    o.set_defaults(fn=_openapi)
+    args = p.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except HybridschedError as err:
+        print(f"hybridsched {args.command}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The app factory: ``create_app(settings)`` wires the store, the race, metrics, WebSocket hub,
+security and the dashboard. Each app owns its objects (no module globals)."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+from fastapi import FastAPI, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from hybridsched.service.settings import ServiceSettings
+
+STATIC = Path(__file__).with_name("static")
+
+
+def create_app(settings: ServiceSettings) -> FastAPI:
+    """A ready app: migrations applied, runs left running by a dead process marked
+    'interrupted', the race idle (or started when ``settings.autostart``)."""
+    from slowapi.errors import RateLimitExceeded
+
+    from hybridsched.service.api import build_router
+    from hybridsched.service.engine import Race
+    from hybridsched.service.metrics import ServiceMetrics
+    from hybridsched.service.persistence import Store
+    from hybridsched.service.security import make_limiter, require_token
+    from hybridsched.service.settings import check_policies
+    from hybridsched.service.ws import Hub
+
+    check_policies(settings)
+    settings.ensure_token()
+    store = Store(settings.database_url)
+    store.upgrade()
+    store.mark_interrupted()
+    cache = None
+    if settings.redis_url:
+        from hybridsched.service.cache import RedisCache
+
+        cache = RedisCache(settings.redis_url)
+    metrics = ServiceMetrics()
+    race = Race(settings, store, metrics)
+    hub = Hub(race, metrics, settings.tick_s, settings.client_queue, settings.stall_drop_s, cache)
+    state = SimpleNamespace(settings=settings, store=store, race=race, metrics=metrics, hub=hub, cache=cache,
+                            limiter=make_limiter(settings.redis_url))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # noqa: ANN202
+        task = asyncio.ensure_future(hub.run())
+        if settings.autostart:
+            await asyncio.to_thread(race.start, resume=store.latest_resumable() is not None
+                                    and store.latest_resumable()["status"] == "interrupted")
+        try:
+            yield
+        finally:  # SIGINT/SIGTERM under uvicorn: stop the race, commit everything, close
+            await hub.close_all()
+            task.cancel()
+            await asyncio.to_thread(race.shutdown)
+            if cache is not None:
+                cache.close()
+            store.dispose()
+
+    app = FastAPI(title="hybridsched live service", version="1", lifespan=lifespan,
+                  description="Schedulers racing on one task stream: control, history, metrics, live updates.")
+    app.state.limiter = state.limiter
+    app.state.svc = state
+
+    async def rate_limited(request, exc: RateLimitExceeded) -> JSONResponse:  # noqa: ANN001
+        return JSONResponse({"detail": f"rate limit exceeded: {exc.detail}"}, status_code=429)
+
+    async def invalid(request, exc: RequestValidationError) -> JSONResponse:  # noqa: ANN001
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}",
+                             "errors": [{k: e.get(k) for k in ("loc", "msg", "type")} for e in errors]},
+                            status_code=422)
+
+    app.add_exception_handler(RateLimitExceeded, rate_limited)
+    app.add_exception_handler(RequestValidationError, invalid)
+    if settings.cors_origins:  # closed unless configured
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type"])
+    app.include_router(build_router(state, require_token(settings.token), settings.rate_limit))
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket) -> None:
+        """Live events: simulation_update and notification (read-only: no token needed)."""
+        await hub.serve(websocket)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

@@ -1,0 +1,466 @@
+"""The continuous race: one task stream, every selected policy deciding each task on its own
+simulated cluster, run by the machine kind's engine (``kinds.machine.engine.Session``; no
+placement logic here).
+
+The stream comes in segments (``stream.py``).  Each segment is simulated for every lane with
+the devices still busy from the previous segment (``free_at``); learning policies observe
+completions through the engine's resumable steps (hybrid_ml refits every ``retrain_every``
+completions, the online DQN updates).  Decisions are causal, so simulating a segment ahead
+of the clock changes nothing: results are *released* as the simulated clock passes each
+task's arrival (``speed`` simulated seconds per wall second; 0 = as fast as possible), in
+task order, to the database writer, the statistics and the metrics.  Everything runs in one
+background thread; the API only reads snapshots.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hybridsched.errors import HybridschedError, ModelFileError
+from hybridsched.kinds.base import instantiate
+from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.kinds.machine.engine import Session
+from hybridsched.service.persistence import Batch, BatchWriter, Store
+from hybridsched.service.settings import ServiceSettings
+from hybridsched.service.stats import RaceStats
+from hybridsched.service.stream import Segment, make_stream
+
+STATES = ("idle", "running", "paused", "stopped", "finished", "error")
+
+
+def build_policy(name: str, spec: dict[str, Any]):  # -> Policy
+    """The policy of a config spec, named as in the race."""
+    policy = instantiate(spec)
+    policy.name = name
+    return policy
+
+
+def model_hint(name: str, err: Exception) -> HybridschedError:
+    """A missing or unusable model as one line: which file, and that `make repro` makes it."""
+    return HybridschedError(f"policy {name}: {str(err).splitlines()[0]}; `make repro` makes it")
+
+
+@dataclass
+class LaneOutput:
+    """One lane's results for one segment, plus what its learning did."""
+
+    trace: Any  # kinds.machine.engine.Trace
+    events: list[dict[str, Any]]  # retrains: sim_time, observed, rows (segment rows observed)
+    decide_s: float  # wall time spent deciding the segment
+
+
+class Lane:
+    """One policy with its own simulated cluster, carried from segment to segment."""
+
+    def __init__(self, name: str, spec: dict[str, Any], cluster: Cluster, compiled: bool = True) -> None:
+        self.name, self.spec, self.cluster, self.compiled = name, spec, cluster, compiled
+        self.policy = build_policy(name, spec)
+        self.free_at = np.zeros(cluster.n_devices)
+        self.believed = np.zeros(cluster.n_devices)
+        self.retrains = 0
+        self.learns = bool(getattr(self.policy, "observe_every", 0))
+
+    def run(self, seg: Segment) -> LaneOutput:
+        """Decide every task of the segment (the engine's resumable loop, step by step)."""
+        t0 = time.perf_counter()
+        try:
+            session = Session(seg.tasks, self.cluster, self.policy, seg.realization, self.compiled,
+                              free_at=self.free_at, believed_free=self.believed)
+        except ModelFileError as e:
+            raise model_hint(self.name, e) from None
+        events = []
+        while True:
+            finished = session.step()
+            rows = session.last_observed
+            if len(rows):
+                self.retrains += 1
+                o = session.out
+                events.append({"sim_time": float(np.nanmax(o["end"][rows])), "observed": len(rows),
+                               "total": self.retrains, "rows": rows,
+                               "fraction": o["frac"][rows], "cpu_s": o["ce"][rows] - o["cs"][rows],
+                               "gpu_s": o["ge"][rows] - o["gs"][rows]})
+            if finished:
+                break
+        self.free_at, self.believed = session.true_free.copy(), session.est.copy()
+        return LaneOutput(session.trace(), events, time.perf_counter() - t0)
+
+
+@dataclass
+class _Pending:
+    """A simulated segment waiting to be released."""
+
+    seg: Segment
+    outputs: list[LaneOutput]
+    results: list[dict[str, np.ndarray]]  # per lane, full segment, in the results table's columns
+    released: int = 0
+    events: list[tuple[float, int, dict]] = field(default_factory=list)  # (sim_time, lane index, event)
+    next_event: int = 0
+
+
+class Race:
+    """Start / pause / resume / stop of the continuous race, in a background thread."""
+
+    def __init__(self, settings: ServiceSettings, store: Store, metrics=None,  # noqa: ANN001
+                 on_notification: Callable[[dict], None] | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics  # service.metrics.ServiceMetrics or None
+        self.on_notification = on_notification
+        self.cluster = cluster_from_config(settings.machine["cluster"])
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.writer: BatchWriter | None = None
+        self.state = "idle"
+        self.error: str | None = None
+        self.run_id: int | None = None
+        self.policies: list[str] = []
+        self.speed = settings.speed
+        self.stats: RaceStats | None = None
+        self.sim_time = 0.0
+        self.total = 0
+        self._since_update = 0
+        self._notes: list[dict] = []
+        self._rate = (time.monotonic(), 0, 0.0)  # for tasks/s: (t, total at t, rate)
+
+    # --- control -----------------------------------------------------------------------
+    def check(self, policies: list[str] | None = None) -> None:
+        """Build every lane and decide a few tasks, so a missing model fails now, in one line."""
+        names = policies or self.settings.policies
+        stream = self._stream(self.settings.workload_config(), 0)
+        seg = stream.segment(0, 0.0)
+        if seg is None:
+            raise HybridschedError("service.workload_file: the file has no tasks")
+        probe = Segment(0, seg.tasks.subset(np.arange(min(20, len(seg.tasks)))), seg.realization)
+        for name in names:
+            Lane(name, self._spec(name), self.cluster, self._compiled()).run(probe)
+
+    def start(self, workload: str | None = None, speed: float | None = None, policies: list[str] | None = None,
+              seed: int | None = None, resume: bool = False) -> int:
+        """Start a new run (or, with ``resume``, continue the latest stopped/interrupted one)."""
+        with self._lock:
+            if self.state in ("running", "paused"):
+                raise HybridschedError(f"a run is already {self.state} (run {self.run_id}); stop it first")
+            self._join()
+            if resume:
+                run = self.store.latest_resumable()
+                if run is None:
+                    raise HybridschedError("no stopped or interrupted run to resume")
+                config = run["config"]
+                run_id, start_at = int(run["id"]), int(run["n_tasks"])
+            else:
+                names = list(policies or self.settings.policies)
+                for n in names:
+                    self._spec(n)
+                config = {"workload_name": workload or self.settings.workload,
+                          "workload": self.settings.workload_config(workload),
+                          "workload_file": self.settings.workload_file, "policies": names,
+                          "seed": int(self.settings.seed if seed is None else seed),
+                          "segment_tasks": self.settings.segment_tasks, "cluster": self.cluster.to_dict()}
+                run_id, start_at = self.store.create_run(config), 0
+            if speed is not None:
+                self.speed = float(speed)
+            self.policies = list(config["policies"])
+            lanes = [Lane(n, self._spec(n), self.cluster, self._compiled()) for n in self.policies]
+            if start_at:
+                for lane in lanes:
+                    lane.free_at = self.store.device_free_times(run_id, lane.name, self.cluster.n_devices)
+                    lane.believed = lane.free_at.copy()
+            self.store.set_status(run_id, "running")
+            self.run_id, self.state, self.error = run_id, "running", None
+            self.total, self._since_update, self.sim_time = start_at, 0, 0.0
+            self.stats = RaceStats(self.policies, self.cluster.n_devices)
+            wl = config.get("workload") or {}
+            if "size_range" in wl:
+                self.stats.set_size_range(*wl["size_range"])
+            self.writer = BatchWriter(self.store, self.settings.write_batch, self._written)
+            self._thread = threading.Thread(target=self._main, args=(config, lanes, start_at),
+                                            name="hybridsched-race", daemon=True)
+            self._wake.clear()
+            self._thread.start()
+            self._note({"kind": "run_started", "run_id": run_id, "resumed_at": start_at})
+            return run_id
+
+    def pause(self) -> None:
+        self._transition({"running"}, "paused")
+
+    def resume(self) -> None:
+        self._transition({"paused"}, "running")
+
+    def stop(self) -> None:
+        """Stop the run; everything released so far is committed before this returns."""
+        with self._lock:
+            if self.state not in ("running", "paused"):
+                raise HybridschedError(f"no run to stop (state: {self.state})")
+            self.state = "stopped"
+            self._wake.set()
+        self._join()
+
+    def set_speed(self, speed: float) -> None:
+        with self._lock:
+            self.speed = float(speed)
+            self._wake.set()
+
+    def shutdown(self) -> None:
+        """Graceful exit: stop a live run ('stopped', resumable) and flush the writer."""
+        with self._lock:
+            if self.state in ("running", "paused"):
+                self.state = "stopped"
+            self._wake.set()
+        self._join()
+
+    def _transition(self, allowed: set[str], to: str) -> None:
+        with self._lock:
+            if self.state not in allowed:
+                raise HybridschedError(f"cannot {'pause' if to == 'paused' else 'resume'} a run that is {self.state}")
+            self.state = to
+            run_id = self.run_id
+            self._wake.set()
+        self.store.set_status(run_id, to)
+
+    def _join(self) -> None:
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+        self._thread = None
+
+    # --- views -------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            now = time.monotonic()
+            t0, n0, rate = self._rate
+            if now - t0 >= 1.0:
+                rate = (self.total - n0) / (now - t0)
+                self._rate = (now, self.total, rate)
+            return {"state": self.state, "run_id": self.run_id, "policies": self.policies, "speed": self.speed,
+                    "sim_time": self.sim_time, "tasks": self.total, "tasks_per_s": rate, "error": self.error,
+                    "write_backlog": self.writer.backlog if self.writer else 0,
+                    "summary": self.stats.summary() if self.stats else {}}
+
+    def take_update(self) -> dict[str, Any] | None:
+        """The coalesced ``simulation_update`` since the last call (None when nothing happened)."""
+        with self._lock:
+            if self.stats is None:
+                return None
+            decided, self._since_update = self._since_update, 0
+            stats = self.stats
+            self.stats.trim(self.sim_time)
+            return {"type": "simulation_update", "run_id": self.run_id, "state": self.state,
+                    "sim_time": self.sim_time, "speed": self.speed, "decided": decided, "tasks": self.total,
+                    "policies": stats.summary(), "utilisation": stats.utilisation(self.sim_time),
+                    "cdf": {p: s.cdf() for p, s in stats.by_policy.items()},
+                    "heatmap": stats.heatmap(), "winloss": {"policies": self.policies, "wins": stats.wins.tolist()}}
+
+    def take_notifications(self) -> list[dict]:
+        with self._lock:
+            notes, self._notes = self._notes, []
+            return notes
+
+    def gantt(self, policy: str) -> dict[str, Any]:
+        """The last simulated minute of ``policy``'s devices: parts (device, start, end, task)."""
+        with self._lock:
+            if self.stats is None or policy not in self.stats.by_policy:
+                raise HybridschedError(f"policy {policy!r} is not in the current race {self.policies}")
+            a = self.stats.recent_parts(policy, self.sim_time)
+            return {"policy": policy, "now": self.sim_time, "n_devices": self.cluster.n_devices,
+                    "parts": a.round(4).tolist()}
+
+    # --- the thread --------------------------------------------------------------------
+    def _main(self, config: dict, lanes: list[Lane], start_at: int) -> None:
+        try:
+            self._loop(config, lanes, start_at)
+        except Exception as e:  # the API reports it; one line
+            with self._lock:
+                self.state, self.error = "error", str(e).splitlines()[0] if str(e) else type(e).__name__
+            self._note({"kind": "error", "message": self.error})
+        finally:
+            if self.writer is not None:
+                self.writer.flush()
+                self.writer.close()
+                if self.writer.error is not None and self.error is None:
+                    self.error = f"database writer: {self.writer.error}"
+            final = self.state if self.state in ("stopped", "finished", "error") else "stopped"
+            self.store.set_status(self.run_id, final)
+
+    def _loop(self, config: dict, lanes: list[Lane], start_at: int) -> None:
+        seg_n = int(config["segment_tasks"])
+        stream = self._stream(config.get("workload"), int(config["seed"]), config.get("workload_file"), seg_n)
+        k, skip = divmod(start_at, seg_n)
+        offset = self._offset(stream, k, skip) if stream.relative else 0.0
+        max_tasks = self.settings.max_tasks
+        pending: _Pending | None = None
+        clock: float | None = None
+        last = time.monotonic()
+        while True:
+            with self._lock:
+                state, speed = self.state, self.speed
+            if state not in ("running", "paused"):
+                return
+            if state == "paused":
+                self._wake.wait(self.settings.tick_s)
+                self._wake.clear()
+                last = time.monotonic()
+                continue
+            if max_tasks is not None and self.total >= max_tasks:
+                self._finish()
+                return
+            if pending is None or pending.released >= len(pending.seg.tasks):
+                if pending is not None:
+                    self._release_events(pending, np.inf)
+                seg = stream.segment(k, offset)
+                if seg is None:
+                    self._finish()
+                    return
+                if skip:  # resuming inside a segment: its committed prefix is not decided again
+                    seg = Segment(seg.index, seg.tasks.subset(np.arange(skip, len(seg.tasks))),
+                                  type(seg.realization)(seg.realization.cpu_factor[skip:],
+                                                        seg.realization.gpu_factor[skip:]))
+                    skip = 0
+                pending = self._simulate(seg, lanes)
+                offset = float(seg.tasks.arrival[-1]) if stream.relative else 0.0
+                k += 1
+                last = time.monotonic()  # deciding ahead takes wall time the simulated clock must not count
+                if clock is None:
+                    clock = float(seg.tasks.arrival[0])
+            now = time.monotonic()
+            arrival = pending.seg.tasks.arrival
+            if speed <= 0:  # as fast as possible: a write batch at a time
+                hi = min(len(arrival), pending.released + self.settings.write_batch)
+                clock = float(arrival[hi - 1])
+            else:
+                clock = clock + speed * (now - last)
+                hi = int(np.searchsorted(arrival, clock, side="right"))
+            last = now
+            if max_tasks is not None:
+                hi = min(hi, pending.released + max(0, max_tasks - self.total))
+            if hi > pending.released:
+                self._release(pending, hi, clock)
+            if speed > 0 and hi < len(arrival):
+                self._wake.wait(self.settings.tick_s)
+                self._wake.clear()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self.state = "finished"
+        self._note({"kind": "run_finished", "run_id": self.run_id, "tasks": self.total})
+
+    def _simulate(self, seg: Segment, lanes: list[Lane]) -> _Pending:
+        outputs = []
+        for lane in lanes:
+            out = lane.run(seg)
+            outputs.append(out)
+            if self.metrics is not None:
+                self.metrics.decided_segment(lane.name, out.decide_s, len(seg.tasks))
+        results = [self._result_columns(o.trace) for o in outputs]
+        p = _Pending(seg, outputs, results)
+        p.events = sorted(((e["sim_time"], i, e) for i, o in enumerate(outputs) for e in o.events), key=lambda x: x[0])
+        return p
+
+    def _result_columns(self, tr) -> dict[str, np.ndarray]:  # noqa: ANN001
+        gpu = tr.gpu
+        frac = tr.fraction
+        device = np.where(frac <= 0.0, "cpu", np.where(frac >= 1.0, "gpu", "cpu+gpu"))
+        device = np.char.add(device.astype(str), np.where(frac > 0.0, gpu.astype(str), ""))
+        latency = tr.end - tr.arrival
+        return {"policy": tr.policy, "task_id": tr.task_id, "device": device, "gpu": gpu, "fraction": frac,
+                "ready": tr.ready, "cpu_start": tr.cpu_start, "cpu_end": tr.cpu_end, "gpu_start": tr.gpu_start,
+                "gpu_end": tr.gpu_end, "gpu_mem_mb": tr.gpu_mem_mb, "end": tr.end, "latency": latency,
+                "energy_j": tr.energy_j, "cost_usd": tr.energy_j / 3.6e6 * self.cluster.price_per_kwh}
+
+    def _release(self, p: _Pending, hi: int, clock: float) -> None:
+        lo = p.released
+        t = p.seg.tasks
+        sl = slice(lo, hi)
+        tasks = {"task_id": t.task_id[sl], "segment": np.full(hi - lo, p.seg.index), "arrival": t.arrival[sl],
+                 "size": t.size[sl], "intensity": t.intensity[sl], "memory_mb": t.memory_mb[sl],
+                 "priority": t.priority[sl], "deadline": t.deadline[sl]}
+        counts = np.diff(t.parent_ptr)[sl]
+        child = np.repeat(t.task_id[sl], counts)
+        parents = t.task_id[t.parent_idx[t.parent_ptr[lo]:t.parent_ptr[hi]]]
+        deps = np.column_stack([child, parents]).astype(np.int64) if len(child) else np.zeros((0, 2), dtype=np.int64)
+        results = [{k: (v[sl] if isinstance(v, np.ndarray) else v) for k, v in r.items()} for r in p.results]
+        training, retrains = self._release_events(p, float(t.arrival[hi - 1]), collect=True)
+        p.released = hi
+        with self._lock:
+            self.total += hi - lo
+            self._since_update += hi - lo
+            self.sim_time = max(self.sim_time, clock)
+            self.stats.add_block(tasks["size"], tasks["intensity"], results)
+            total, sim_time = self.total, self.sim_time
+        self.writer.put(Batch(self.run_id, total, sim_time, tasks, deps, results, training, retrains))
+        if self.metrics is not None:
+            self.metrics.released(results, self.stats)
+
+    def _release_events(self, p: _Pending, until: float, collect: bool = False):  # noqa: ANN202
+        """Retrain events up to ``until`` (sim time): notifications, plus their rows for the writer."""
+        training, retrains = [], []
+        t = p.seg.tasks
+        while p.next_event < len(p.events) and p.events[p.next_event][0] <= until:
+            sim_time, i, e = p.events[p.next_event]
+            p.next_event += 1
+            name = self.policies[i]
+            rows = e["rows"]
+            retrains.append({"run_id": self.run_id, "policy": name, "sim_time": sim_time,
+                             "observed": e["observed"], "total": e["total"]})
+            training.append({"run_id": self.run_id, "policy": name, "task_id": t.task_id[rows],
+                             "sim_time": np.full(len(rows), sim_time), "size": t.size[rows],
+                             "intensity": t.intensity[rows], "memory_mb": t.memory_mb[rows],
+                             "fraction": e["fraction"], "cpu_s": e["cpu_s"], "gpu_s": e["gpu_s"]})
+            with self._lock:
+                self.stats.retrains[name] += 1
+            if self.metrics is not None:
+                self.metrics.retrained(name)
+            self._note({"kind": "retrain", "policy": name, "sim_time": sim_time, "observed": e["observed"],
+                        "total": e["total"]})
+        if not collect and (training or retrains):  # end of segment: events after its last arrival
+            t_last = float(t.arrival[-1])
+            self.writer.put(Batch(self.run_id, self.total, max(self.sim_time, t_last), _empty_tasks(), np.zeros((0, 2), dtype=np.int64),
+                                  [], training, retrains))
+        return training, retrains
+
+    def _note(self, note: dict) -> None:
+        with self._lock:
+            self._notes.append(note)
+            if len(self._notes) > 1000:  # nobody is reading: keep the newest
+                del self._notes[:-1000]
+        if self.on_notification is not None:
+            self.on_notification(note)
+
+    def _written(self, batch: Batch, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.written(len(batch.tasks["task_id"]), seconds)
+
+    # --- helpers -----------------------------------------------------------------------
+    def _spec(self, name: str) -> dict[str, Any]:
+        known = self.settings.machine.get("policies", {})
+        if name not in known:
+            raise HybridschedError(f"policy {name!r}: unknown; known: {sorted(known)}")
+        return known[name]
+
+    def _compiled(self) -> bool:
+        return bool(self.settings.machine.get("compiled", True))
+
+    def _stream(self, workload: dict | None, seed: int, workload_file: str | None = None, seg_n: int | None = None):  # noqa: ANN202
+        return make_stream(workload, workload_file if workload_file is not None else self.settings.workload_file,
+                           self.cluster, seed, seg_n or self.settings.segment_tasks)
+
+    def _offset(self, stream, k: int, skip: int) -> float:  # noqa: ANN001
+        """The arrival offset of segment ``k`` of a resumed run, from its committed tasks."""
+        if k == 0 and skip == 0:
+            return 0.0
+        first, last = self.store.segment_arrivals(self.run_id, k)
+        if skip:  # part of segment k is committed: its first task pins the offset
+            return first - stream.raw_first_arrival(k)
+        return last  # segment k-1 ended at its last arrival
+
+
+def _empty_tasks() -> dict[str, np.ndarray]:
+    e = np.zeros(0)
+    return {"task_id": e.astype(np.int64), "segment": e.astype(np.int64), "arrival": e, "size": e, "intensity": e,
+            "memory_mb": e, "priority": e.astype(np.int64), "deadline": e}

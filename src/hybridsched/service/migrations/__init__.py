@@ -1,0 +1,1 @@
+"""Alembic migrations of the service database (applied at startup by ``persistence.Store``)."""

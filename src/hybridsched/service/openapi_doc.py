@@ -1,0 +1,51 @@
+"""Markdown API reference from the app's OpenAPI schema (``hybridsched openapi``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def render(spec: dict[str, Any]) -> str:
+    """One section per endpoint: method, path, summary, auth, parameters, request body, responses."""
+    lines = [f"# {spec['info']['title']} — API reference", "",
+             "Generated from the app's OpenAPI schema by `hybridsched openapi --out docs/api.md`; "
+             "do not edit by hand. Interactive version: `/docs` on a running server.", "",
+             "Endpoints marked **auth** need `Authorization: Bearer $HYBRIDSCHED_TOKEN` (401 without a token, "
+             "403 with a wrong one) and are rate limited per client address (429).", ""]
+    schemas = spec.get("components", {}).get("schemas", {})
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            auth = any("HTTPBearer" in s for s in op.get("security", []))
+            lines += [f"## `{method.upper()} {path}`" + (" — **auth**" if auth else ""), ""]
+            if op.get("description") or op.get("summary"):
+                lines += [(op.get("description") or op.get("summary")).strip(), ""]
+            params = op.get("parameters", [])
+            if params:
+                lines += ["| parameter | in | type | required | constraints |", "|---|---|---|---|---|"]
+                for p in params:
+                    sch = p.get("schema", {})
+                    typ = sch.get("type") or "/".join(a.get("type", "") for a in sch.get("anyOf", []) if a.get("type"))
+                    cons = {k: v for k, v in sch.items() if k in ("minimum", "maximum", "pattern", "default")}
+                    lines.append(f"| `{p['name']}` | {p['in']} | {typ} | {p.get('required', False)} | "
+                                 f"{json.dumps(cons) if cons else ''} |")
+                lines.append("")
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body:
+                ref = body.get("$ref") or next((a.get("$ref") for a in body.get("anyOf", []) if a.get("$ref")), None)
+                name = ref.rsplit("/", 1)[-1] if ref else None
+                if name and name in schemas:
+                    lines += [f"Request body `{name}`:", "", "| field | type | description |", "|---|---|---|"]
+                    for f, fs in schemas[name].get("properties", {}).items():
+                        typ = fs.get("type") or "/".join(a.get("type", "") for a in fs.get("anyOf", []) if a.get("type"))
+                        lines.append(f"| `{f}` | {typ} | {fs.get('description', '')} |")
+                    lines.append("")
+            codes = ", ".join(f"{c} {r.get('description', '')}".strip() for c, r in op.get("responses", {}).items())
+            lines += [f"Responses: {codes}", ""]
+    lines += ["## `WEBSOCKET /ws`", "",
+              "Read-only event stream (no token). JSON messages, at most 10 per second per client:",
+              "`hello` (the status on connect), `simulation_update` (tasks decided since the last update, "
+              "per-policy summary, utilisation per device, latency CDF, size × intensity heat-map, win/loss "
+              "matrix) and `notification` (`events`: retrain, run_started, run_finished, error). A client "
+              "whose queue is full misses messages; one that stays full for `stall_drop_s` is disconnected.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,396 @@
+"""The service's store: SQLAlchemy 2 on SQLite (default, WAL) or PostgreSQL (psycopg 3).
+
+Writes come in :class:`Batch` objects, each written in ONE transaction together with the
+run's progress counter, so a crash (even ``kill -9``) leaves either the whole batch or none
+of it, and the counter always matches the rows: the run resumes from the committed prefix.
+A :class:`BatchWriter` thread merges queued batches so persistence keeps up with the engine.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybridsched.errors import HybridschedError
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+TRACE_COLUMNS = ("task_id", "policy", "arrival", "ready", "gpu", "fraction", "cpu_start", "cpu_end", "gpu_start",
+                 "gpu_end", "gpu_mem_mb", "end", "wait", "energy_j")
+
+
+def _nullable(a: np.ndarray) -> list:
+    """Floats as Python values with NaN -> None (SQLite has no NaN; NULL means 'did not run')."""
+    return [None if x != x else x for x in a.tolist()]
+
+
+def _rows(cols: dict[str, Any]) -> list[dict[str, Any]]:
+    """Column arrays (and scalars shared by every row) as row dicts for an executemany."""
+    n = max((len(v) for v in cols.values() if isinstance(v, np.ndarray)), default=0)
+    lists = [(_nullable(v) if v.dtype.kind == "f" else v.tolist()) if isinstance(v, np.ndarray) else [v] * n
+             for v in cols.values()]
+    keys = list(cols)
+    return [dict(zip(keys, row)) for row in zip(*lists)]
+
+
+@dataclass
+class Batch:
+    """Rows for a consecutive block of a run's tasks, with every policy's results for them."""
+
+    run_id: int
+    n_tasks: int  # the run's committed task count once this batch is in
+    sim_time: float
+    tasks: dict[str, np.ndarray]  # task_id, segment, arrival, size, intensity, memory_mb, priority, deadline
+    deps: np.ndarray  # (k, 2): task_id, parent_id
+    results: list[dict[str, np.ndarray]]  # one per policy; keys of ResultRow (policy as a str)
+    training: list[dict[str, Any]] = field(default_factory=list)  # column dicts of TrainingRow
+    retrains: list[dict[str, Any]] = field(default_factory=list)  # rows of RetrainRow
+
+    def merge(self, other: Batch) -> Batch:
+        """This batch followed by ``other`` (same run), as one."""
+        def cat(a: dict, b: dict) -> dict:
+            return {k: (np.concatenate([a[k], b[k]]) if isinstance(a[k], np.ndarray) else a[k]) for k in a}
+
+        by_policy = {r["policy"]: r for r in self.results}
+        results = [cat(by_policy[r["policy"]], r) if r["policy"] in by_policy else r for r in other.results]
+        return Batch(self.run_id, other.n_tasks, other.sim_time, cat(self.tasks, other.tasks),
+                     np.concatenate([self.deps, other.deps]), results, self.training + other.training,
+                     self.retrains + other.retrains)
+
+
+class Store:
+    """Tables, migrations, batched writes and the queries of the API."""
+
+    def __init__(self, url: str) -> None:
+        from sqlalchemy import create_engine, event
+
+        self.url = url
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        kw: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        self.engine = create_engine(url, pool_pre_ping=True, **kw)
+        if self.engine.dialect.name == "sqlite":
+            @event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+                cur = dbapi_conn.cursor()
+                # WAL: readers never block the writer; NORMAL: a killed process loses no committed row
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.execute("PRAGMA foreign_keys=ON")
+                cur.close()
+
+    # --- schema ------------------------------------------------------------------------
+    def upgrade(self) -> None:
+        """Apply the Alembic migrations up to head (idempotent)."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def ping(self) -> None:
+        """Raise if the database cannot answer a query."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # --- runs --------------------------------------------------------------------------
+    def create_run(self, config: dict[str, Any]) -> int:
+        from sqlalchemy import insert
+
+        from hybridsched.service.models import RunRow
+
+        now = time.time()
+        with self.engine.begin() as conn:
+            res = conn.execute(insert(RunRow).values(created_at=now, updated_at=now, status="running",
+                                                      config=config, n_tasks=0, sim_time=0.0))
+            return int(res.inserted_primary_key[0])
+
+    def set_status(self, run_id: int, status: str) -> None:
+        from sqlalchemy import update
+
+        from hybridsched.service.models import RunRow
+
+        with self.engine.begin() as conn:
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(status=status, updated_at=time.time()))
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        from sqlalchemy import select
+
+        from hybridsched.service.models import RunRow
+
+        with self.engine.connect() as conn:
+            row = conn.execute(select(RunRow.__table__).where(RunRow.id == run_id)).mappings().first()
+        return dict(row) if row else None
+
+    def mark_interrupted(self) -> int:
+        """Runs left 'running'/'paused' by a process that died: 'interrupted' (resumable)."""
+        from sqlalchemy import update
+
+        from hybridsched.service.models import RunRow
+
+        with self.engine.begin() as conn:
+            res = conn.execute(update(RunRow).where(RunRow.status.in_(["running", "paused"]))
+                               .values(status="interrupted", updated_at=time.time()))
+            return int(res.rowcount or 0)
+
+    def latest_resumable(self) -> dict[str, Any] | None:
+        """The newest run that was stopped or interrupted before its end."""
+        from sqlalchemy import select
+
+        from hybridsched.service.models import RunRow
+
+        q = (select(RunRow.__table__).where(RunRow.status.in_(["interrupted", "stopped"]))
+             .order_by(RunRow.id.desc()).limit(1))
+        with self.engine.connect() as conn:
+            row = conn.execute(q).mappings().first()
+        return dict(row) if row else None
+
+    def device_free_times(self, run_id: int, policy: str, n_devices: int) -> np.ndarray:
+        """When each device (0 = CPU, 1.. = GPUs) of ``policy``'s cluster is free, from its results."""
+        from sqlalchemy import func, select
+
+        from hybridsched.service.models import ResultRow as R
+
+        free = np.zeros(n_devices)
+        with self.engine.connect() as conn:
+            cpu = conn.execute(select(func.max(R.cpu_end)).where(R.run_id == run_id, R.policy == policy)).scalar()
+            gpus = conn.execute(select(R.gpu, func.max(R.gpu_end)).where(R.run_id == run_id, R.policy == policy,
+                                                                           R.gpu >= 0).group_by(R.gpu)).all()
+        free[0] = cpu or 0.0
+        for g, t in gpus:
+            if 0 <= g < n_devices - 1:
+                free[g + 1] = t or 0.0
+        return free
+
+    def segment_arrivals(self, run_id: int, k: int) -> tuple[float, float]:
+        """(first committed arrival of segment ``k``, last committed arrival of segment ``k - 1``)."""
+        from sqlalchemy import func, select
+
+        from hybridsched.service.models import TaskRow as T
+
+        with self.engine.connect() as conn:
+            first = conn.execute(select(func.min(T.arrival)).where(T.run_id == run_id, T.segment == k)).scalar()
+            last = conn.execute(select(func.max(T.arrival)).where(T.run_id == run_id, T.segment == k - 1)).scalar()
+        return float(first or 0.0), float(last or 0.0)
+
+    # --- writes ------------------------------------------------------------------------
+    def write(self, batch: Batch) -> None:
+        """Insert a batch and advance the run's counter in one transaction."""
+        from sqlalchemy import insert, update
+
+        from hybridsched.service.models import ResultRow, RetrainRow, RunRow, TaskDepRow, TaskRow, TrainingRow
+
+        t = batch.tasks
+        n = len(t["task_id"])
+        task_rows = [dict(zip(("run_id", "task_id", "segment", "arrival", "size", "intensity", "memory_mb",
+                               "priority", "deadline"), r))
+                     for r in zip([batch.run_id] * n, t["task_id"].tolist(), t["segment"].tolist(),
+                                  t["arrival"].tolist(), t["size"].tolist(), t["intensity"].tolist(),
+                                  t["memory_mb"].tolist(), t["priority"].tolist(), _nullable(t["deadline"]))]
+        result_rows = [row for r in batch.results for row in _rows({"run_id": batch.run_id, **r})]
+        with self.engine.begin() as conn:
+            if task_rows:
+                conn.execute(insert(TaskRow), task_rows)
+            if len(batch.deps):
+                conn.execute(insert(TaskDepRow), [{"run_id": batch.run_id, "task_id": c, "parent_id": p}
+                                                  for c, p in batch.deps.tolist()])
+            if result_rows:
+                conn.execute(insert(ResultRow), result_rows)
+            training_rows = [row for tr in batch.training for row in _rows(tr)]
+            if training_rows:
+                conn.execute(insert(TrainingRow), training_rows)
+            if batch.retrains:
+                conn.execute(insert(RetrainRow), batch.retrains)
+            conn.execute(update(RunRow).where(RunRow.id == batch.run_id)
+                         .values(n_tasks=batch.n_tasks, sim_time=batch.sim_time, updated_at=time.time()))
+
+    # --- reads -------------------------------------------------------------------------
+    def history(self, limit: int, offset: int = 0, policy: str | None = None,
+                run_id: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """(total matching, newest results first: a page of ``limit`` from ``offset``)."""
+        from sqlalchemy import func, select
+
+        from hybridsched.service.models import ResultRow as R
+        from hybridsched.service.models import TaskRow as T
+
+        cond = []
+        if policy is not None:
+            cond.append(R.policy == policy)
+        if run_id is not None:
+            cond.append(R.run_id == run_id)
+        q = (select(R.__table__, T.arrival, T.size, T.intensity, T.memory_mb)
+             .join(T, (T.run_id == R.run_id) & (T.task_id == R.task_id)).where(*cond)
+             .order_by(R.run_id.desc(), R.task_id.desc(), R.policy).limit(limit).offset(offset))
+        with self.engine.connect() as conn:
+            total = int(conn.execute(select(func.count()).select_from(R).where(*cond)).scalar() or 0)
+            rows = [dict(r) for r in conn.execute(q).mappings()]
+        return total, rows
+
+    def counts(self, run_id: int) -> dict[str, int]:
+        """Committed result rows per policy of a run."""
+        from sqlalchemy import func, select
+
+        from hybridsched.service.models import ResultRow as R
+
+        with self.engine.connect() as conn:
+            return {p: int(n) for p, n in conn.execute(select(R.policy, func.count()).where(R.run_id == run_id)
+                                                       .group_by(R.policy))}
+
+    def delete_history(self, keep_run: int | None = None) -> int:
+        """Delete every run (and its rows) except ``keep_run`` (the one in progress); return runs deleted."""
+        from sqlalchemy import delete, update
+
+        from hybridsched.service.models import ResultRow, RetrainRow, RunRow, TaskDepRow, TaskRow, TrainingRow
+
+        with self.engine.begin() as conn:
+            for table in (ResultRow, TaskDepRow, TaskRow, TrainingRow, RetrainRow):
+                q = delete(table)
+                conn.execute(q if keep_run is None else q.where(table.run_id != keep_run))
+            q = delete(RunRow)
+            n = conn.execute(q if keep_run is None else q.where(RunRow.id != keep_run)).rowcount
+            if keep_run is not None:  # the live run keeps going: its history restarts empty
+                for table in (ResultRow, TaskDepRow, TrainingRow, RetrainRow):
+                    conn.execute(delete(table).where(table.run_id == keep_run))
+                conn.execute(delete(TaskRow).where(TaskRow.run_id == keep_run))
+                conn.execute(update(RunRow).where(RunRow.id == keep_run).values(updated_at=time.time()))
+        return int(n or 0)
+
+    def trace_frames(self, run_id: int):  # -> dict[str, pandas.DataFrame]
+        """Each policy's results of a run in the machine kind's per-task trace schema."""
+        import pandas as pd
+        from sqlalchemy import select
+
+        from hybridsched.service.models import ResultRow as R
+        from hybridsched.service.models import TaskRow as T
+
+        q = (select(R.__table__, T.arrival).join(T, (T.run_id == R.run_id) & (T.task_id == R.task_id))
+             .where(R.run_id == run_id).order_by(R.policy, R.task_id))
+        with self.engine.connect() as conn:
+            df = pd.DataFrame(conn.execute(q).mappings().all())
+        if df.empty:
+            raise HybridschedError(f"run {run_id}: no results in {self._safe_url()}")
+        out = {}
+        for policy, g in df.groupby("policy", sort=True):
+            g = g.reset_index(drop=True).astype({c: "float64" for c in ("cpu_start", "cpu_end", "gpu_start", "gpu_end")})
+            g["wait"] = np.fmin(g["cpu_start"], g["gpu_start"]) - g["arrival"]
+            out[str(policy)] = g[list(TRACE_COLUMNS)].astype({"task_id": "int64", "gpu": "int64"})
+        return out
+
+    def tasks_frame(self, run_id: int):  # -> pandas.DataFrame in the workload file schema
+        import pandas as pd
+        from sqlalchemy import select
+
+        from hybridsched.service.models import TaskDepRow as D
+        from hybridsched.service.models import TaskRow as T
+
+        with self.engine.connect() as conn:
+            tasks = pd.DataFrame(conn.execute(select(T.task_id, T.arrival, T.size, T.intensity, T.memory_mb,
+                                                     T.priority, T.deadline).where(T.run_id == run_id)
+                                              .order_by(T.arrival, T.task_id)).mappings().all())
+            deps = pd.DataFrame(conn.execute(select(D.task_id, D.parent_id).where(D.run_id == run_id)).mappings().all(),
+                                columns=["task_id", "parent_id"])
+        by_task = deps.groupby("task_id")["parent_id"].apply(list).to_dict() if len(deps) else {}
+        tasks["deadline"] = tasks["deadline"].astype("float64")
+        tasks["deps"] = pd.Series([by_task.get(t, []) for t in tasks["task_id"]], dtype=object)
+        return tasks
+
+    def export_run(self, run_id: int, out_dir: str | Path) -> Path:
+        """Write ``<policy>.parquet`` traces and ``tasks.parquet`` of a run into ``out_dir``
+        (atomically), the layout the simulate stage writes, for ``evaluate`` and the plots."""
+        from hybridsched.io import atomic_dir, write_frame
+
+        frames = self.trace_frames(run_id)
+        tasks = self.tasks_frame(run_id)
+        with atomic_dir(out_dir) as tmp:
+            for policy, frame in frames.items():
+                write_frame(Path(tmp) / f"{policy}.parquet", frame)
+            write_frame(Path(tmp) / "tasks.parquet", tasks)
+        return Path(out_dir)
+
+    def _safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+
+class BatchWriter:
+    """A thread that writes queued batches, merging what piled up into one transaction
+    (at most ``max_tasks`` tasks) so the database keeps up with the engine."""
+
+    def __init__(self, store: Store, max_tasks: int = 5000, on_written=None) -> None:  # noqa: ANN001
+        self.store = store
+        self.max_tasks = max_tasks
+        self.on_written = on_written  # callback(batch, seconds) after each commit
+        self._q: queue.Queue[Batch | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="hybridsched-writer", daemon=True)
+        self.error: BaseException | None = None
+        self._thread.start()
+
+    def put(self, batch: Batch) -> None:
+        if self.error is not None:
+            raise HybridschedError(f"database writer failed: {self.error}")
+        self._q.put(batch)
+
+    def flush(self) -> None:
+        """Block until everything queued so far is committed."""
+        self._q.join()
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+
+    @property
+    def backlog(self) -> int:
+        return self._q.qsize()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                self._q.task_done()
+                return
+            taken = 1
+            batch = item
+            stop = False
+            while len(batch.tasks["task_id"]) < self.max_tasks:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                taken += 1
+                if nxt is None:
+                    stop = True
+                    break
+                if nxt.run_id != batch.run_id:  # never merge across runs
+                    self._write(batch)
+                    batch = nxt
+                else:
+                    batch = batch.merge(nxt)
+            self._write(batch)
+            for _ in range(taken):
+                self._q.task_done()
+            if stop:
+                return
+
+    def _write(self, batch: Batch) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.store.write(batch)
+        except Exception as e:  # keep the engine informed; one line
+            self.error = e
+            return
+        if self.on_written is not None:
+            self.on_written(batch, time.perf_counter() - t0)

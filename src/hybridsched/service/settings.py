@@ -1,0 +1,154 @@
+"""Settings of the live service: the Hydra config (``conf/service/default.yaml`` plus the
+machine kind's cluster, workload and policies), with environment overrides for secrets and
+URLs (environment beats config):
+
+- ``HYBRIDSCHED_TOKEN``: bearer token of the mutating endpoints (generated when unset)
+- ``HYBRIDSCHED_DATABASE_URL``: SQLAlchemy URL (SQLite file by default, or PostgreSQL)
+- ``REDIS_URL``: optional Redis for the rate-limit counters and the status cache
+- ``HYBRIDSCHED_CORS_ORIGINS``: comma-separated origins allowed by CORS (closed when empty)
+
+Any other field can be set as ``HYBRIDSCHED_<FIELD>`` too (e.g. ``HYBRIDSCHED_SPEED``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from hybridsched.errors import HybridschedError
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+
+
+class ServiceSettings(BaseSettings):
+    """Everything the app factory needs; build it with :func:`load_settings` (or directly in tests)."""
+
+    model_config = SettingsConfigDict(env_prefix="HYBRIDSCHED_", validate_by_name=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    token: str | None = None
+    database_url: str = "sqlite:///var/service.db"
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "HYBRIDSCHED_REDIS_URL", "redis_url"))
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    policies: list[str] = Field(default_factory=lambda: ["round_robin", "greedy", "eft"])
+    speed: float = Field(20.0, ge=0.0)
+    workload: str | None = None
+    workload_file: str | None = None
+    segment_tasks: int = Field(2000, ge=10)
+    max_tasks: int | None = Field(None, ge=1)
+    seed: int = 0
+    autostart: bool = False
+    tick_s: float = Field(0.1, gt=0.0)
+    write_batch: int = Field(5000, ge=1)
+    rate_limit: str = "30/minute"
+    client_queue: int = Field(8, ge=1)
+    stall_drop_s: float = Field(10.0, gt=0.0)
+    # the machine kind's composed config: cluster, workload, policies (name -> spec), workloads
+    # (name -> config, the choices a client may start), compiled
+    machine: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [o.strip() for o in v.split(",") if o.strip()]
+        return v
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        # the environment overrides the Hydra config passed in as init arguments
+        return env_settings, init_settings
+
+    def workload_config(self, name: str | None = None) -> dict[str, Any]:
+        """The machine-kind workload config a run draws from: ``name`` (a file of
+        ``conf/workload/``), else ``workload``, else the composed ``workload`` config."""
+        name = name or self.workload
+        if name is None:
+            return dict(self.machine.get("workload") or {})
+        known = self.machine.get("workloads", {})
+        if name not in known:
+            raise HybridschedError(f"workload {name!r}: not a machine-kind workload; known: {sorted(known)}")
+        return dict(known[name])
+
+    def ensure_token(self) -> bool:
+        """Generate a token when none is configured; True if one was generated (print it once)."""
+        if self.token:
+            return False
+        self.token = secrets.token_urlsafe(24)
+        return True
+
+
+def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> dict[str, Any]:
+    """The project's config (``config.yaml``) with the service group, as plain resolved dicts."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from hydra.errors import HydraException
+
+    overrides = list(overrides or [])
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            if "service" not in hydra_compose("config"):  # the group is optional in config.yaml's defaults
+                overrides = ["+service=default", *overrides]
+            cfg = hydra_compose("config", overrides=overrides)
+    except HydraException as e:
+        raise HybridschedError(f"config overrides {overrides}: {str(e).splitlines()[0]}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def machine_workloads(conf_dir: Path = CONF_DIR) -> dict[str, dict[str, Any]]:
+    """Name -> config of every workload of the machine kind in ``conf/workload/``."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted((conf_dir / "workload").glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        if raw.get("kind", "machine") != "machine":
+            continue
+        merged: dict[str, Any] = {}
+        for parent in raw.get("defaults", []) or []:  # the scenarios extend `default` by a defaults list
+            if isinstance(parent, str) and parent != "_self_":
+                merged.update(yaml.safe_load((conf_dir / "workload" / f"{parent}.yaml").read_text()) or {})
+        merged.update({k: v for k, v in raw.items() if k != "defaults"})
+        out[path.stem] = merged
+    return out
+
+
+def machine_section(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What the race needs from a composed config: cluster, workload, policy specs, workloads."""
+    policies = cfg.get("policies", {})
+    specs = policies.get("machine", policies)  # the per-kind layout nests specs under the kind
+    return {"cluster": cfg["cluster"], "workload": cfg["workload"], "policies": specs,
+            "workloads": machine_workloads(), "compiled": bool(cfg.get("sim", {}).get("compiled", True))}
+
+
+def load_settings(overrides: list[str] | None = None, **fields: Any) -> ServiceSettings:
+    """Settings from the Hydra config (with ``overrides`` such as ``service.speed=100``), the
+    environment, and explicit ``fields`` (e.g. the CLI's --port), in increasing priority."""
+    cfg = compose(overrides)
+    base = {**cfg["service"], **{k: v for k, v in fields.items() if v is not None}}
+    settings = ServiceSettings(**base, machine=machine_section(cfg))
+    for k, v in fields.items():  # the command line beats the environment too
+        if v is not None:
+            setattr(settings, k, v)
+    return settings
+
+
+def check_policies(settings: ServiceSettings) -> None:
+    """One line naming the setting when a policy is unknown."""
+    known = settings.machine.get("policies", {})
+    unknown = [p for p in settings.policies if p not in known]
+    if unknown:
+        raise HybridschedError(f"service.policies: unknown policy name(s) {unknown}; known: {sorted(known)}")

@@ -1,0 +1,206 @@
+"""Fixtures of the service tests: settings on a tmp_path database, tiny learned models trained
+into a temp dir, real servers (uvicorn in a thread, PostgreSQL, Redis) started and stopped here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hybridsched.service.settings import ServiceSettings, load_settings
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+CLASSIC = ["round_robin", "greedy", "eft"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def base_settings() -> ServiceSettings:
+    """The composed config once per session (Hydra is slow to compose)."""
+    for var in ("HYBRIDSCHED_TOKEN", "HYBRIDSCHED_DATABASE_URL", "REDIS_URL", "HYBRIDSCHED_CORS_ORIGINS"):
+        os.environ.pop(var, None)
+    return load_settings([])
+
+
+@pytest.fixture
+def make_settings(base_settings, tmp_path):
+    """Settings on a database under tmp_path; keyword arguments override fields."""
+
+    def make(**kw) -> ServiceSettings:
+        fields = {"database_url": f"sqlite:///{tmp_path}/service.db", "token": "secret-token", "policies": CLASSIC,
+                  "segment_tasks": 200, "speed": 0.0, "tick_s": 0.05, "rate_limit": "1000/minute", **kw}
+        return base_settings.model_copy(update=fields, deep=True)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, base_settings) -> dict:
+    """A small RandomForest and an untrained DQN network (seconds), and the policy specs using them."""
+    import numpy as np
+
+    from hybridsched.kinds.machine.devices import cluster_from_config
+    from hybridsched.kinds.machine.engine import task_matrix
+    from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model
+    from hybridsched.kinds.machine.workload import WorkloadSpec, generate
+    import torch
+
+    from hybridsched.kinds.machine.dqn_state import StateSpec
+    from hybridsched.rl.dqn import DQNSettings, QNetwork, save_network
+
+    root = tmp_path_factory.mktemp("models")
+    cluster = cluster_from_config(base_settings.machine["cluster"])
+    tasks = generate(WorkloadSpec(rate=6.0), 400, np.random.default_rng(1))
+    X = task_matrix(tasks, cluster)
+    rf_cfg = {"model": "random_forest", "seed": 0, "test_fraction": 0.25, "importance_repeats": 1,
+              "random_forest": {"n_estimators": 10, "max_depth": 8, "min_samples_leaf": 3, "n_jobs": 1}}
+    model, _ = train_runtime_model(X, cluster, rf_cfg)
+    save_model(model, root / "rf")
+    # the service only needs a loadable network of the right shape: an untrained one is enough
+    dqn = DQNSettings(hidden=16)
+    spec = StateSpec.fit(X, cluster, dqn.fractions)
+    torch.manual_seed(0)
+    save_network(root / "dqn", QNetwork(spec.n_state, spec.n_actions, dqn.hidden), spec, dqn)
+    specs = dict(base_settings.machine["policies"])
+    for name, spec in specs.items():
+        if "model_dir" in spec:
+            specs[name] = {**spec, "model_dir": str(root / ("rf" if "hybrid_ml" in name else "dqn"))}
+    return {"root": root, "policies": specs}
+
+
+@pytest.fixture
+def learned_settings(make_settings, tiny_models):
+    """Settings whose learned policies read the tiny models."""
+
+    def make(**kw) -> ServiceSettings:
+        s = make_settings(**kw)
+        s.machine["policies"] = tiny_models["policies"]
+        return s
+
+    return make
+
+
+class ThreadServer:
+    """The app under a real uvicorn server on a free loopback port, in a thread."""
+
+    def __init__(self, app) -> None:  # noqa: ANN001
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    ws="websockets-sansio"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            if time.time() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def thread_server():
+    return ThreadServer
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgresql_url():
+    """A throw-away PostgreSQL server (Debian postgresql 15) in a temp dir, as the postgres user
+    (PostgreSQL refuses root): pg_ctl runs through a wrapper that hands the folder to postgres."""
+    if not (PG_BIN / "pg_ctl").exists():
+        pytest.skip("PostgreSQL is not installed (Debian package postgresql; `make system-deps`)")
+    from pytest_postgresql.executors import PostgreSQLExecutor
+    from pytest_postgresql.janitor import DatabaseJanitor
+
+    root = Path(tempfile.mkdtemp(prefix="hybridsched-pg-"))
+    root.chmod(0o755)  # the postgres user must reach its data dir
+    wrapper = root / "pg_ctl"
+    runs_as_root = os.geteuid() == 0
+    wrapper.write_text("#!/bin/sh\n"
+                       + (f'chown -R postgres "{root}/pg"\nexec runuser -u postgres -- {PG_BIN}/pg_ctl "$@"\n'
+                          if runs_as_root else f'exec {PG_BIN}/pg_ctl "$@"\n'))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    (root / "pg").mkdir()
+    if runs_as_root:
+        shutil.chown(root / "pg", "postgres")
+    port = free_port()
+    ex = PostgreSQLExecutor(executable=str(wrapper), host="127.0.0.1", port=port, datadir=str(root / "pg" / "data"),
+                            unixsocketdir=str(root / "pg"), logfile=str(root / "pg" / "log"), startparams="-w",
+                            dbname="hybridsched_test", user="postgres")
+    try:
+        ex.start()
+    except Exception as e:  # noqa: BLE001
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"PostgreSQL could not start here: {str(e).splitlines()[0]}")
+    try:
+        with DatabaseJanitor(user="postgres", host="127.0.0.1", port=port, dbname="hybridsched_test",
+                             version=ex.version, password=None):
+            yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/hybridsched_test"
+    finally:
+        ex.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- Redis ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_url():
+    """A throw-away redis-server on a free loopback port (no persistence)."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; `make system-deps`)")
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    deadline = time.time() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.time() > deadline:
+                proc.kill()
+                pytest.skip("redis-server did not start")
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(10)
+
+
+def wait_for(pred, timeout: float = 60.0, step: float = 0.05):  # noqa: ANN001, ANN201
+    """Poll ``pred`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(step)
