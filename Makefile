@@ -16,7 +16,7 @@ SHELL := /bin/bash
 # pip's find-links on this machine points at index dirs; its "is ignored" warnings are noise
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither" || true; }
 
-.PHONY: repro test test-fast bench params browser system-deps clean-venv
+.PHONY: repro test test-fast bench params browser system-deps serve clean-venv
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 $(PIPFILTER)
@@ -56,6 +56,13 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) -m benchmarks.$$(basename $$b .py) || exit 1; done
+
+# The live service: the trained schedulers race on one task stream (docs/service.md).
+# `make serve PORT=8001`; needs models/ from `make repro` for the learned policies.
+PORT ?= 8000
+HOST ?= 127.0.0.1
+serve: $(STAMP)
+	$(VENV)/bin/hybridsched serve --host $(HOST) --port $(PORT)
 
 # Compose conf/ into params.yaml exactly as `dvc exp run` does.
 params: $(STAMP)

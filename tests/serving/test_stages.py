@@ -32,8 +32,10 @@ def test_every_stage_in_order(tiny, tmp_path):
     m = tmp_path / "metrics"
     for f in ("profile.json", "import_report.json", "validation.json", "train_rf.json", "train_dqn.json", "tune.json",
               "summary.json", "policies.csv", "plots/rf_importance.png", "plots/train_dqn.csv",
-              "plots/tune_history.png", "plots/latency_cdf.png", "plots/attainment_vs_load.png",
-              "plots/slo_violations.png", "plots/percentiles.png", "plots/wait_hist.png", "plots/profile.png"):
+              "plots/tune_history.png", "plots/latency_cdf.png", "plots/utilisation.png", "plots/energy_cost.png",
+              "plots/latency_quantiles.csv", "plots/utilisation.csv", "plots/energy_cost.csv",
+              "plots/kind/attainment_vs_load.png", "plots/kind/attainment_vs_load.csv", "plots/kind/slo_violations.png",
+              "plots/kind/percentiles.png", "plots/kind/wait_hist.png", "plots/profile.png"):
         assert (m / f).exists(), f
     assert (tmp_path / "models" / "best_params.yaml").exists()
     table = results["evaluate"]
