@@ -301,7 +301,9 @@ def test_train_rf_stage_writes_model_metrics_and_plot(tmp_path):
     cfg.tracking.enabled = False
     metrics = get_kind("machine").train_rf(Run(cfg=OmegaConf.to_container(cfg, resolve=True)))
     on_disk = json.loads((tmp_path / "metrics" / "train_rf.json").read_text())
-    assert on_disk == json.loads(json.dumps(metrics)) and on_disk["r2"] >= 0.8
+    # timings go to stdout and MLflow, never into a committed file
+    assert "fit_s" in metrics and on_disk == json.loads(json.dumps({k: v for k, v in metrics.items() if k != "fit_s"}))
+    assert on_disk["r2"] >= 0.8
     assert (tmp_path / "metrics" / "plots" / "rf_importance.png").stat().st_size > 1000
     assert load_model(tmp_path / "models" / "rf").config["random_forest"]["n_estimators"] == 10
 

@@ -125,6 +125,7 @@ def test_stage_writes_profile_fit_and_plot(tmp_path: Path) -> None:
         "profile.sizes=[16,32,64]", "profile.repeats=3", "profile.warmup=1", "profile.min_sample_s=0.001",
         "profile.fit_min_size=32", "profile.threads=1", "profile.reference_gpu_speedup=12.5",
         f"paths.metrics_dir={tmp_path / 'metrics'}", f"cluster.profile_path={tmp_path / 'cluster_profile.json'}",
+        "cluster.source=profile",
     )
     get_kind("machine").profile(run)
     metrics = json.loads((tmp_path / "metrics" / "profile.json").read_text())
@@ -137,7 +138,7 @@ def test_stage_writes_profile_fit_and_plot(tmp_path: Path) -> None:
     assert fitted["cluster"]["gpu_measured"] is HAS_GPU
     if not HAS_GPU:
         assert fitted["cluster"]["gpu_max_speedup"] == 12.5
-    cluster = cluster_from_config({**run.cfg["cluster"], "source": "profile"})
+    cluster = cluster_from_config(run.cfg["cluster"])
     assert cluster.cpu_gflops == pytest.approx(fitted["cluster"]["cpu_gflops"])
 
 
@@ -164,3 +165,12 @@ def test_gpu_is_timed_and_measured() -> None:
     fitted = fit_from_profile(p, settings)
     assert fitted["cluster"]["gpu_measured"] is True
     assert fitted["cluster"]["gpu_max_speedup"] == pytest.approx(p["sizes"][-1]["ratio"])
+
+
+def test_stage_measures_nothing_when_the_fit_is_not_used(tmp_path: Path) -> None:
+    """With cluster.source=config (the default) the profile is not used, so the stage writes
+    outputs that say so: the default pipeline gives the same bytes on every machine."""
+    run = compose_run(f"paths.metrics_dir={tmp_path / 'metrics'}", f"cluster.profile_path={tmp_path / 'p.json'}")
+    get_kind("machine").profile(run)
+    assert "cluster.source" in json.loads((tmp_path / "p.json").read_text())["skipped"]
+    assert (tmp_path / "metrics" / "plots" / "profile.png").exists()
