@@ -117,11 +117,10 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     @router.delete("/history", dependencies=guard, tags=["history"])
     @limiter.limit(limit)
     async def delete_history(request: Request) -> dict[str, Any]:
-        """Delete the stored history (the live run, if any, continues with an empty history)."""
-        keep = race.run_id if race.state in ("running", "paused") else None
-        if race.writer is not None and keep is not None:
-            await asyncio.to_thread(race.writer.flush)
-        n = await asyncio.to_thread(store.delete_history, keep)
+        """Delete the stored history (409 while a run is running or paused: stop it first)."""
+        if race.state in ("running", "paused"):
+            raise HTTPException(409, f"run {race.run_id} is {race.state}; stop it before deleting the history")
+        n = await asyncio.to_thread(store.delete_history)
         return {"deleted_runs": n}
 
     @router.get("/health", tags=["operations"])

@@ -393,6 +393,8 @@ class Race:
             self.sim_time = max(self.sim_time, clock)
             self.stats.add_block(tasks["size"], tasks["intensity"], results)
             total, sim_time = self.total, self.sim_time
+        while self.writer.backlog > 20 and self.writer.error is None and self.state == "running":
+            time.sleep(0.005)  # persistence sets the pace: the queue never grows without bound
         self.writer.put(Batch(self.run_id, total, sim_time, tasks, deps, results, training, retrains))
         if self.metrics is not None:
             self.metrics.released(results, self.stats)
