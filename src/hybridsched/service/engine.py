@@ -64,6 +64,7 @@ class Lane:
         self.free_at = np.zeros(cluster.n_devices)
         self.believed = np.zeros(cluster.n_devices)
         self.retrains = 0
+        self.segments = 0  # segments decided: from the second on, the policy carries on learning
         self.learns = bool(getattr(self.policy, "observe_every", 0))
 
     def run(self, seg: Segment) -> LaneOutput:
@@ -71,7 +72,7 @@ class Lane:
         t0 = time.perf_counter()
         try:
             session = Session(seg.tasks, self.cluster, self.policy, seg.realization, self.compiled,
-                              free_at=self.free_at, believed_free=self.believed)
+                              free_at=self.free_at, believed_free=self.believed, carry_on=self.segments > 0)
         except ModelFileError as e:
             raise model_hint(self.name, e) from None
         events = []
@@ -88,6 +89,7 @@ class Lane:
             if finished:
                 break
         self.free_at, self.believed = session.true_free.copy(), session.est.copy()
+        self.segments += 1
         return LaneOutput(session.trace(), events, time.perf_counter() - t0)
 
 
