@@ -50,35 +50,14 @@ def make_settings(base_settings, tmp_path):
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, base_settings) -> dict:
     """A small RandomForest and an untrained DQN network (seconds), and the policy specs using them."""
-    import numpy as np
+    from benchmarks.bench_service import write_small_models
 
-    from hybridsched.kinds.machine.devices import cluster_from_config
-    from hybridsched.kinds.machine.engine import task_matrix
-    from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model
-    from hybridsched.kinds.machine.workload import WorkloadSpec, generate
-    import torch
-
-    from hybridsched.kinds.machine.dqn_state import StateSpec
-    from hybridsched.rl.dqn import DQNSettings, QNetwork, save_network
-
-    root = tmp_path_factory.mktemp("models")
-    cluster = cluster_from_config(base_settings.machine["cluster"])
-    tasks = generate(WorkloadSpec(rate=6.0), 400, np.random.default_rng(1))
-    X = task_matrix(tasks, cluster)
-    rf_cfg = {"model": "random_forest", "seed": 0, "test_fraction": 0.25, "importance_repeats": 1,
-              "random_forest": {"n_estimators": 10, "max_depth": 8, "min_samples_leaf": 3, "n_jobs": 1}}
-    model, _ = train_runtime_model(X, cluster, rf_cfg)
-    save_model(model, root / "rf")
-    # the service only needs a loadable network of the right shape: an untrained one is enough
-    dqn = DQNSettings(hidden=16)
-    spec = StateSpec.fit(X, cluster, dqn.fractions)
-    torch.manual_seed(0)
-    save_network(root / "dqn", QNetwork(spec.n_state, spec.n_actions, dqn.hidden), spec, dqn)
+    dirs = write_small_models(tmp_path_factory.mktemp("models"), base_settings.machine["cluster"])
     specs = dict(base_settings.machine["policies"])
     for name, spec in specs.items():
         if "model_dir" in spec:
-            specs[name] = {**spec, "model_dir": str(root / ("rf" if "hybrid_ml" in name else "dqn"))}
-    return {"root": root, "policies": specs}
+            specs[name] = {**spec, "model_dir": str(dirs["rf" if "hybrid_ml" in name else "dqn"])}
+    return {"policies": specs}
 
 
 @pytest.fixture

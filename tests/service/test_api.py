@@ -58,9 +58,11 @@ def test_rate_limit_gives_429(make_settings):
 
 
 def test_run_history_pagination_filter_and_delete(client):
-    r = client.post("/api/simulation/start", json={"speed": 0}, headers=AUTH)
+    r = client.post("/api/simulation/start", json={"speed": 1}, headers=AUTH)
     assert r.status_code == 200 and r.json()["run_id"] == 1
     assert client.post("/api/simulation/start", headers=AUTH).status_code == 409  # already running
+    assert client.delete("/api/history", headers=AUTH).status_code == 409  # not while it runs
+    assert client.post("/api/simulation/speed", json={"speed": 0}, headers=AUTH).status_code == 200
     status = _finish(client)
     assert status["tasks"] == 150 and set(status["summary"]) == {"round_robin", "greedy", "eft"}
     h = client.get("/api/full_history", params={"limit": 7, "offset": 0}).json()

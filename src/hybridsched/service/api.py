@@ -59,26 +59,21 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
                             resume=b.resume)
         return Ack(state=race.state, run_id=run_id)
 
-    @router.post("/simulation/stop", dependencies=guard, response_model=Ack, tags=["simulation"])
-    @limiter.limit(limit)
-    async def stop(request: Request) -> Ack:
-        """Stop the run; what was released is committed before the answer."""
-        await call(race.stop)
-        return Ack(state=race.state, run_id=race.run_id)
+    def control(action: str, fn, doc: str) -> None:  # noqa: ANN001
+        """POST /simulation/<action>: one race transition, guarded and rate limited."""
 
-    @router.post("/simulation/pause", dependencies=guard, response_model=Ack, tags=["simulation"])
-    @limiter.limit(limit)
-    async def pause(request: Request) -> Ack:
-        """Freeze the simulated clock."""
-        await call(race.pause)
-        return Ack(state=race.state, run_id=race.run_id)
+        async def endpoint(request: Request) -> Ack:
+            await call(fn)
+            return Ack(state=race.state, run_id=race.run_id)
 
-    @router.post("/simulation/resume", dependencies=guard, response_model=Ack, tags=["simulation"])
-    @limiter.limit(limit)
-    async def resume(request: Request) -> Ack:
-        """Let the simulated clock run again."""
-        await call(race.resume)
-        return Ack(state=race.state, run_id=race.run_id)
+        endpoint.__name__ = endpoint.__qualname__ = action  # route name and rate-limit key
+        endpoint.__doc__ = doc
+        router.post(f"/simulation/{action}", dependencies=guard, response_model=Ack, tags=["simulation"])(
+            limiter.limit(limit)(endpoint))
+
+    control("stop", race.stop, "Stop the run; what was released is committed before the answer.")
+    control("pause", race.pause, "Freeze the simulated clock.")
+    control("resume", race.resume, "Let the simulated clock run again.")
 
     @router.post("/simulation/speed", dependencies=guard, response_model=Ack, tags=["simulation"])
     @limiter.limit(limit)
@@ -117,11 +112,10 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     @router.delete("/history", dependencies=guard, tags=["history"])
     @limiter.limit(limit)
     async def delete_history(request: Request) -> dict[str, Any]:
-        """Delete the stored history (the live run, if any, continues with an empty history)."""
-        keep = race.run_id if race.state in ("running", "paused") else None
-        if race.writer is not None and keep is not None:
-            await asyncio.to_thread(race.writer.flush)
-        n = await asyncio.to_thread(store.delete_history, keep)
+        """Delete the stored history (409 while a run is running or paused: stop it first)."""
+        if race.state in ("running", "paused"):
+            raise HTTPException(409, f"run {race.run_id} is {race.state}; stop it before deleting the history")
+        n = await asyncio.to_thread(store.delete_history)
         return {"deleted_runs": n}
 
     @router.get("/health", tags=["operations"])

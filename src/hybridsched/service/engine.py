@@ -64,6 +64,7 @@ class Lane:
         self.free_at = np.zeros(cluster.n_devices)
         self.believed = np.zeros(cluster.n_devices)
         self.retrains = 0
+        self.segments = 0  # segments decided: from the second on, the policy carries on learning
         self.learns = bool(getattr(self.policy, "observe_every", 0))
 
     def run(self, seg: Segment) -> LaneOutput:
@@ -71,7 +72,7 @@ class Lane:
         t0 = time.perf_counter()
         try:
             session = Session(seg.tasks, self.cluster, self.policy, seg.realization, self.compiled,
-                              free_at=self.free_at, believed_free=self.believed)
+                              free_at=self.free_at, believed_free=self.believed, carry_on=self.segments > 0)
         except ModelFileError as e:
             raise model_hint(self.name, e) from None
         events = []
@@ -88,6 +89,7 @@ class Lane:
             if finished:
                 break
         self.free_at, self.believed = session.true_free.copy(), session.est.copy()
+        self.segments += 1
         return LaneOutput(session.trace(), events, time.perf_counter() - t0)
 
 
@@ -393,6 +395,8 @@ class Race:
             self.sim_time = max(self.sim_time, clock)
             self.stats.add_block(tasks["size"], tasks["intensity"], results)
             total, sim_time = self.total, self.sim_time
+        while self.writer.backlog > 20 and self.writer.error is None and self.state == "running":
+            time.sleep(0.005)  # persistence sets the pace: the queue never grows without bound
         self.writer.put(Batch(self.run_id, total, sim_time, tasks, deps, results, training, retrains))
         if self.metrics is not None:
             self.metrics.released(results, self.stats)

@@ -7,7 +7,7 @@ observation a learning policy trained on, and per retrain.  Times are simulated 
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -42,6 +42,8 @@ class TaskRow(Base):
     priority: Mapped[int] = mapped_column(Integer)
     deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
 
+    __table_args__ = {"sqlite_with_rowid": False}
+
 
 class TaskDepRow(Base):
     """Task ``task_id`` waits for ``parent_id`` (same run)."""
@@ -50,6 +52,8 @@ class TaskDepRow(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     task_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     parent_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+
+    __table_args__ = {"sqlite_with_rowid": False}
 
 
 class ResultRow(Base):
@@ -73,7 +77,8 @@ class ResultRow(Base):
     energy_j: Mapped[float] = mapped_column(Float)
     cost_usd: Mapped[float] = mapped_column(Float)
 
-    __table_args__ = (Index("ix_results_policy", "policy", "run_id", "task_id"),)
+    # the history's policy filter walks the primary key newest-first: no second index to maintain
+    __table_args__ = {"sqlite_with_rowid": False}
 
 
 class TrainingRow(Base):

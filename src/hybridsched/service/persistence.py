@@ -20,6 +20,7 @@ import numpy as np
 from hybridsched.errors import HybridschedError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+_PLACEHOLDER = {"sqlite": "?", "postgresql": "%s"}  # DB-API paramstyle of each supported driver
 TRACE_COLUMNS = ("task_id", "policy", "arrival", "ready", "gpu", "fraction", "cpu_start", "cpu_end", "gpu_start",
                  "gpu_end", "gpu_mem_mb", "end", "wait", "energy_j")
 
@@ -29,13 +30,12 @@ def _nullable(a: np.ndarray) -> list:
     return [None if x != x else x for x in a.tolist()]
 
 
-def _rows(cols: dict[str, Any]) -> list[dict[str, Any]]:
-    """Column arrays (and scalars shared by every row) as row dicts for an executemany."""
+def _columns(cols: dict[str, Any]) -> tuple[list[str], list[tuple]]:
+    """Column arrays (and scalars shared by every row) as (names, row tuples) for an executemany."""
     n = max((len(v) for v in cols.values() if isinstance(v, np.ndarray)), default=0)
     lists = [(_nullable(v) if v.dtype.kind == "f" else v.tolist()) if isinstance(v, np.ndarray) else [v] * n
              for v in cols.values()]
-    keys = list(cols)
-    return [dict(zip(keys, row)) for row in zip(*lists)]
+    return list(cols), list(zip(*lists))
 
 
 @dataclass
@@ -193,31 +193,31 @@ class Store:
         """Insert a batch and advance the run's counter in one transaction."""
         from sqlalchemy import insert, update
 
-        from hybridsched.service.models import ResultRow, RetrainRow, RunRow, TaskDepRow, TaskRow, TrainingRow
+        from hybridsched.service.models import RetrainRow, RunRow
 
-        t = batch.tasks
-        n = len(t["task_id"])
-        task_rows = [dict(zip(("run_id", "task_id", "segment", "arrival", "size", "intensity", "memory_mb",
-                               "priority", "deadline"), r))
-                     for r in zip([batch.run_id] * n, t["task_id"].tolist(), t["segment"].tolist(),
-                                  t["arrival"].tolist(), t["size"].tolist(), t["intensity"].tolist(),
-                                  t["memory_mb"].tolist(), t["priority"].tolist(), _nullable(t["deadline"]))]
-        result_rows = [row for r in batch.results for row in _rows({"run_id": batch.run_id, **r})]
         with self.engine.begin() as conn:
-            if task_rows:
-                conn.execute(insert(TaskRow), task_rows)
+            self._insert(conn, "tasks", {"run_id": batch.run_id, **batch.tasks})
             if len(batch.deps):
-                conn.execute(insert(TaskDepRow), [{"run_id": batch.run_id, "task_id": c, "parent_id": p}
-                                                  for c, p in batch.deps.tolist()])
-            if result_rows:
-                conn.execute(insert(ResultRow), result_rows)
-            training_rows = [row for tr in batch.training for row in _rows(tr)]
-            if training_rows:
-                conn.execute(insert(TrainingRow), training_rows)
+                self._insert(conn, "task_deps", {"run_id": batch.run_id, "task_id": batch.deps[:, 0],
+                                                 "parent_id": batch.deps[:, 1]})
+            for r in batch.results:
+                self._insert(conn, "results", {"run_id": batch.run_id, **r})
+            for tr in batch.training:
+                self._insert(conn, "training_data", tr)
             if batch.retrains:
                 conn.execute(insert(RetrainRow), batch.retrains)
             conn.execute(update(RunRow).where(RunRow.id == batch.run_id)
                          .values(n_tasks=batch.n_tasks, sim_time=batch.sim_time, updated_at=time.time()))
+
+    def _insert(self, conn, table: str, cols: dict[str, Any]) -> None:  # noqa: ANN001
+        """One executemany straight through the driver: the batched hot path (SQLAlchemy's
+        per-row dict handling costs more than the database here)."""
+        names, rows = _columns(cols)
+        if not rows:
+            return
+        mark = _PLACEHOLDER[self.engine.dialect.name]
+        quoted = ", ".join(f'"{c}"' for c in names)
+        conn.exec_driver_sql(f'INSERT INTO {table} ({quoted}) VALUES ({", ".join([mark] * len(names))})', rows)
 
     # --- reads -------------------------------------------------------------------------
     def history(self, limit: int, offset: int = 0, policy: str | None = None,
@@ -237,9 +237,26 @@ class Store:
              .join(T, (T.run_id == R.run_id) & (T.task_id == R.task_id)).where(*cond)
              .order_by(R.run_id.desc(), R.task_id.desc(), R.policy).limit(limit).offset(offset))
         with self.engine.connect() as conn:
-            total = int(conn.execute(select(func.count()).select_from(R).where(*cond)).scalar() or 0)
+            total = self._total(conn, policy, run_id)
             rows = [dict(r) for r in conn.execute(q).mappings()]
         return total, rows
+
+    @staticmethod
+    def _total(conn, policy: str | None, run_id: int | None) -> int:  # noqa: ANN001
+        """Matching result rows, from the runs table: a committed task has one row per policy of
+        its run (batches are atomic), so no scan of the results table is needed."""
+        from sqlalchemy import select
+
+        from hybridsched.service.models import RunRow
+
+        q = select(RunRow.id, RunRow.n_tasks, RunRow.config)
+        if run_id is not None:
+            q = q.where(RunRow.id == run_id)
+        total = 0
+        for _, n, config in conn.execute(q):
+            names = config.get("policies", [])
+            total += n * (1 if policy is None or policy in names else 0) * (len(names) if policy is None else 1)
+        return total
 
     def counts(self, run_id: int) -> dict[str, int]:
         """Committed result rows per policy of a run."""
@@ -251,24 +268,16 @@ class Store:
             return {p: int(n) for p, n in conn.execute(select(R.policy, func.count()).where(R.run_id == run_id)
                                                        .group_by(R.policy))}
 
-    def delete_history(self, keep_run: int | None = None) -> int:
-        """Delete every run (and its rows) except ``keep_run`` (the one in progress); return runs deleted."""
-        from sqlalchemy import delete, update
+    def delete_history(self) -> int:
+        """Delete every run and its rows; return the number of runs deleted."""
+        from sqlalchemy import delete
 
         from hybridsched.service.models import ResultRow, RetrainRow, RunRow, TaskDepRow, TaskRow, TrainingRow
 
         with self.engine.begin() as conn:
             for table in (ResultRow, TaskDepRow, TaskRow, TrainingRow, RetrainRow):
-                q = delete(table)
-                conn.execute(q if keep_run is None else q.where(table.run_id != keep_run))
-            q = delete(RunRow)
-            n = conn.execute(q if keep_run is None else q.where(RunRow.id != keep_run)).rowcount
-            if keep_run is not None:  # the live run keeps going: its history restarts empty
-                for table in (ResultRow, TaskDepRow, TrainingRow, RetrainRow):
-                    conn.execute(delete(table).where(table.run_id == keep_run))
-                conn.execute(delete(TaskRow).where(TaskRow.run_id == keep_run))
-                conn.execute(update(RunRow).where(RunRow.id == keep_run).values(updated_at=time.time()))
-        return int(n or 0)
+                conn.execute(delete(table))
+            return int(conn.execute(delete(RunRow)).rowcount or 0)
 
     def trace_frames(self, run_id: int):  # -> dict[str, pandas.DataFrame]
         """Each policy's results of a run in the machine kind's per-task trace schema."""

@@ -182,16 +182,17 @@ class Session:
     ``step`` runs the loop until it stops (``observe_every`` completions buffered, or every
     task decided), hands the completions to the policy and returns True once finished.
     ``free_at`` / ``believed_free`` start the devices busy (true and believed free times),
-    so consecutive tables of one stream can run on the same cluster (the live service).
+    so consecutive tables of one stream can run on the same cluster (the live service);
+    ``carry_on`` lets the policy keep what it learned on the previous table.
     """
 
     def __init__(self, tasks: TaskTable, cluster: Cluster, policy, realization: Realization,
                  compiled: bool = True, free_at: np.ndarray | None = None,
-                 believed_free: np.ndarray | None = None) -> None:
+                 believed_free: np.ndarray | None = None, carry_on: bool = False) -> None:
         n = len(tasks)
         self.tasks, self.cluster, self.policy, self.realization = tasks, cluster, policy, realization
         self.X = task_matrix(tasks, cluster)
-        policy.prepare(tasks, cluster, self.X)
+        (policy.carry_on if carry_on else policy.prepare)(tasks, cluster, self.X)
         if policy.clairvoyant:
             policy.reveal(realization)
         self._decide, use_compiled = _decider(policy, compiled)

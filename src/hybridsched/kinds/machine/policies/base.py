@@ -1,6 +1,8 @@
 """The policy interface. The engine calls ``prepare``, ``kernel_data``, ``decide`` (or the
 compiled ``kernel``) and ``observe``; it never looks at a policy's name or type.
 
+``carry_on`` replaces ``prepare`` when the next table continues the same stream.
+
 A placement is ``(gpu, fraction)``: GPU index ``0..n_gpus-1`` and the share of the task
 that runs there (the rest runs on the CPU at the same time; 0 = CPU only).
 
@@ -38,6 +40,11 @@ class Policy:
     def prepare(self, tasks: TaskTable, cluster: Cluster, X: np.ndarray) -> None:
         """Batched work before the run (e.g. predict all run times at once)."""
         self.n_gpus = cluster.n_gpus
+
+    def carry_on(self, tasks: TaskTable, cluster: Cluster, X: np.ndarray) -> None:
+        """Prepare for the next table of the same task stream (the live service feeds one stream
+        in segments), keeping what was learned online; by default prepare afresh."""
+        self.prepare(tasks, cluster, X)
 
     def reveal(self, realization: Realization) -> None:
         """Only called for clairvoyant policies: the true run-time factors."""

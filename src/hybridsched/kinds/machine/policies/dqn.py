@@ -92,6 +92,18 @@ class DQNPolicy(Policy):
             self._observed = np.zeros(n, dtype=bool)
         self.reward_sum, self.n_rewards = 0.0, 0
 
+    def carry_on(self, tasks: TaskTable, cluster: Cluster, X: np.ndarray) -> None:
+        """Next segment of a stream: an online policy keeps its learner (and its random stream)
+        instead of starting again from the saved model."""
+        learner, rng = (self._learner, self._rng) if self.online and not self._training else (None, None)
+        self.prepare(tasks, cluster, X)
+        if learner is None:
+            return
+        self._learner, self._rng = learner, rng
+        n = len(tasks)
+        self._pdata[:n, U] = rng.random(n)
+        self._pdata[:n, RAND_A] = rng.integers(0, self._spec.n_actions, n)
+
     def kernel_data(self) -> tuple[np.ndarray, np.ndarray]:
         learning = self._learner is not None
         weights = self._learner.weights() if learning else self._weights

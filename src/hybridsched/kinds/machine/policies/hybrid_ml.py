@@ -102,6 +102,17 @@ class HybridML(Policy):
         self._first_undecided = 0
         self.n_refits = 0
 
+    def carry_on(self, tasks, cluster, X) -> None:
+        """Next segment of a stream: keep the windows and corrections learned so far and apply
+        them to the new tasks' predictions."""
+        learned = getattr(self, "_windows", None), getattr(self, "_corrections", None), self.n_refits
+        self.prepare(tasks, cluster, X)
+        if learned[0] is None or not self.online:
+            return
+        self._windows, self._corrections, self.n_refits = learned
+        for k, correction in enumerate(self._corrections):
+            self._pdata[:, k] = np.exp(self._base[:, k] + correction.predict(self._F))
+
     def kernel_data(self):
         return self._pdata, self._params
 

@@ -35,12 +35,14 @@ def upgrade() -> None:
         sa.Column("memory_mb", sa.Float, nullable=False),
         sa.Column("priority", sa.Integer, nullable=False),
         sa.Column("deadline", sa.Float, nullable=True),
+        sqlite_with_rowid=False,  # one B-tree keyed by the primary key: half the write work
     )
     op.create_table(
         "task_deps",
         sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("task_id", sa.Integer, primary_key=True),
         sa.Column("parent_id", sa.Integer, primary_key=True),
+        sqlite_with_rowid=False,
     )
     op.create_table(
         "results",
@@ -60,8 +62,8 @@ def upgrade() -> None:
         sa.Column("latency", sa.Float, nullable=False),
         sa.Column("energy_j", sa.Float, nullable=False),
         sa.Column("cost_usd", sa.Float, nullable=False),
+        sqlite_with_rowid=False,
     )
-    op.create_index("ix_results_policy", "results", ["policy", "run_id", "task_id"])
     op.create_table(
         "training_data",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
