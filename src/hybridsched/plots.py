@@ -72,26 +72,6 @@ def save_axes(ax, path: Path) -> Path:
     return _save(fig, Path(path))
 
 
-def save_machine_gantt(trace: pd.DataFrame, n_gpus: int, policy: str, path: Path, window_s: float = 60.0) -> Path:
-    """Gantt chart of one machine-kind trace: per device (CPU, GPU 0..n-1), the task parts that
-    run in the first ``window_s`` seconds after the first arrival."""
-    plt = _pyplot()
-    t0 = float(trace["arrival"].min())
-    t1 = t0 + window_s
-    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.45 * (n_gpus + 1)))
-    lanes = [("CPU", trace["cpu_start"], trace["cpu_end"], np.ones(len(trace), bool))]
-    lanes += [(f"GPU {g}", trace["gpu_start"], trace["gpu_end"], (trace["gpu"] == g).to_numpy()) for g in range(n_gpus)]
-    for row, (_, start, end, mask) in enumerate(lanes):
-        s, e = start.to_numpy()[mask], end.to_numpy()[mask]
-        keep = np.isfinite(s) & (s < t1) & (e > t0)
-        bars = [(a - t0, min(b, t1) - a) for a, b in zip(s[keep], e[keep], strict=True)]
-        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=f"C{row % 10}", edgecolor="white", linewidth=0.3)
-    ax.set(yticks=range(len(lanes)), yticklabels=[lane[0] for lane in lanes], xlim=(0, window_s),
-           xlabel=f"time since first arrival (s), first {window_s:g} s", title=f"{policy}: task parts per device")
-    ax.invert_yaxis()
-    return _save(fig, path)
-
-
 def save_step_lines(series: dict[str, tuple[np.ndarray, np.ndarray]], path: Path, title: str, ylabel: str) -> Path:
     """One step line per name from (times, values on the intervals between them)."""
     plt = _pyplot()

@@ -244,13 +244,13 @@ def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks
 
 
 def write_kind_plots(out: Path, traces: dict[str, pd.DataFrame], cluster: Cluster) -> list[Path]:
-    """This kind's own plots in ``metrics/plots/kind``: a Gantt chart of each policy's first minute."""
-    from hybridsched.plots import save_machine_gantt
+    """This kind's own plots in ``metrics/plots/kind``: a Gantt chart per policy of the same
+    minute (the dashboard's view, for a window of each trace)."""
+    from hybridsched.kinds.machine.gantt import plot_gantt
 
     kind_dir = out / "plots" / "kind"
     with atomic_dir(kind_dir) as tmp:
-        for name, tr in traces.items():
-            save_machine_gantt(tr, cluster.n_gpus, name, tmp / f"gantt_{name}.png")
+        plot_gantt(traces, tmp / "gantt.png", window_s=60.0, n_devices=cluster.n_devices)
     return sorted(kind_dir.glob("*.png"))
 
 
