@@ -182,9 +182,14 @@ def simulate(
     policy,  # hybridsched.kinds.machine.policies.base.Policy
     realization: Realization,
     compiled: bool = True,
+    devices: np.ndarray | None = None,
 ) -> Trace:
     """Run ``policy`` on ``tasks``. Same inputs, same trace: all randomness is in ``realization``
-    and in the policy's own seeded generator."""
+    and in the policy's own seeded generator.
+
+    ``devices``: optional ``(2, n_devices)`` array of the believed (row 0) and true (row 1) free
+    times the run starts from; it is updated in place, so a caller can carry the devices from
+    one batch of independent tasks into the next (see ``stream``). Default: all free at 0."""
     n = len(tasks)
     X = task_matrix(tasks, cluster)
     policy.prepare(tasks, cluster, X)
@@ -202,8 +207,9 @@ def simulate(
     nan = np.full(n, np.nan)
     out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(),
                gs=nan.copy(), ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
-    est = np.zeros(cluster.n_devices)
-    true_free = np.zeros(cluster.n_devices)
+    if devices is None:
+        devices = np.zeros((2, cluster.n_devices))
+    est, true_free = devices[0], devices[1]  # views: the loop's updates land in ``devices``
     ready = tasks.arrival.astype(np.float64).copy()
     state = np.zeros(5, dtype=np.int64)
     heaps = [np.empty(n + 1), np.empty(n + 1, dtype=np.int64), np.empty(n + 1), np.empty(n + 1, dtype=np.int64)]
