@@ -49,6 +49,16 @@ def resample(pods: PodTable, nodes: NodeTable, n: int, seed: int) -> tuple[PodTa
     return out.subset(np.flatnonzero(keep)), sample
 
 
+def _projected_seconds(runs: list[tuple[int, float]], n: int) -> float:
+    """Time at ``n`` pods extrapolated from the measured runs with their own growth exponent
+    (at least linear: the node count grows with the pod count, so the cost is superlinear)."""
+    if not runs:
+        return 0.0
+    (n1, t1), (n2, t2) = (runs[-2] if len(runs) > 1 else runs[-1]), runs[-1]
+    e = max(1.0, float(np.log(t2 / t1) / np.log(n2 / n1))) if n2 > n1 else 1.0
+    return t2 * (n / n2) ** e
+
+
 def policies() -> dict[str, P.NodePolicy]:
     return {"round_robin": P.RoundRobin(), "random": P.Random(0), "greedy": P.Greedy(), "best_fit": P.BestFit(),
             "fgd": P.FragmentationGradientDescent(), "eft": P.EarliestFinishTime(), "oracle": P.Oracle()}
@@ -63,7 +73,7 @@ def main() -> None:
     ali = TRACES / "alibaba-gpu-v2023"
     pods, _ = read_pod_trace(ali / "openb_pod_list_default.csv", 3.0)
     all_nodes = read_node_list(ali / "openb_node_list_all_node.csv")
-    rows, last_rate = [], {}
+    rows, seen = [], {}  # policy -> [(pods, seconds), ...] measured so far
     warm, warm_nodes = resample(pods, all_nodes, 300, seed=1)
     warm_cluster = NodeCluster.build(warm_nodes, speed_table(TRACES / "gavel/simulation_throughputs.json",
                                                               sorted({str(m) for m in warm_nodes.model if m}), "G2"))
@@ -79,16 +89,17 @@ def main() -> None:
         for name, pol in policies().items():
             if name not in args.policies:
                 continue
-            if name in last_rate and len(test) / last_rate[name] > args.max_seconds:
+            guess = _projected_seconds(seen.get(name, []), len(test))
+            if guess > args.max_seconds:
                 rows.append({"policy": name, "pods": len(test), "nodes": len(nodes), "seconds": None,
                              "pods_per_s": None, "us_per_pod": None, "peak_mb": None,
-                             "note": f"skipped: projected {len(test) / last_rate[name]:.0f} s"})
+                             "note": f"skipped: projected {guess:.0f} s"})
                 print(rows[-1], flush=True)
                 continue
             pol.name = name
             pol.fit(pods)
             dt, peak = measure(lambda pol=pol: simulate(inp, cluster, pol))
-            last_rate[name] = len(test) / dt
+            seen.setdefault(name, []).append((len(test), dt))
             rows.append({"policy": name, "pods": len(test), "nodes": len(nodes), "seconds": round(dt, 3),
                          "pods_per_s": round(len(test) / dt), "us_per_pod": round(dt / len(test) * 1e6, 2),
                          "peak_mb": round(peak, 1), "note": ""})

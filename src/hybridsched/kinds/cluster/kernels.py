@@ -25,6 +25,9 @@ import numpy as np
 from numba import njit
 
 from hybridsched.kinds.cluster.trace import MILLI
+# (time, task) min-heap whose ties pop in task order, as heapq orders the Python loop's tuples
+from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
+from hybridsched.kinds.machine.timeline import heap_push as _heap_push
 
 # slots of the integer scalars S_I
 _RR_NEXT = 0
@@ -193,44 +196,6 @@ def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_fr
         if gpu_free[nd, g] >= p[i]:
             n_ok += 1
     return n_ok >= k[i]
-
-
-@njit(cache=True)
-def _heap_push(ht, hi, size, t, item):
-    """Min-heap on (time, item), as Python's heapq on tuples orders them."""
-    j = size
-    while j > 0:
-        par = (j - 1) >> 1
-        if ht[par] < t or (ht[par] == t and hi[par] <= item):
-            break
-        ht[j] = ht[par]
-        hi[j] = hi[par]
-        j = par
-    ht[j] = t
-    hi[j] = item
-    return size + 1
-
-
-@njit(cache=True)
-def _heap_pop(ht, hi, size):
-    size -= 1
-    t = ht[size]
-    item = hi[size]
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= size:
-            break
-        if c + 1 < size and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hi[c + 1] < hi[c])):
-            c += 1
-        if t < ht[c] or (t == ht[c] and item <= hi[c]):
-            break
-        ht[j] = ht[c]
-        hi[j] = hi[c]
-        j = c
-    ht[j] = t
-    hi[j] = item
-    return size
 
 
 @njit
