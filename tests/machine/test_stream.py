@@ -10,7 +10,6 @@ import pytest
 
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine import stream as S
-from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.engine import simulate
 from hybridsched.kinds.machine.metrics import check_trace, summarize
 from hybridsched.kinds.machine.policies.classic import Greedy, Random

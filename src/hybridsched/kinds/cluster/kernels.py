@@ -8,10 +8,10 @@ they released), the same FIFO-with-backfilling queue ordered by ``queue_key`` (t
 order), the same fit test and best-fit GPU choice.  The tests compare whole trace frames
 with the Python loop for every policy here on a slice of the real trace.
 
-A choice kernel has the signature ``choose(i, cand, nc, S, I, F, T) -> (position, gpu)``:
-``cand[:nc]`` the feasible nodes (increasing index), ``S`` the state arrays, ``I``/``F`` the
-task arrays, ``T`` the policy's table (per task and GPU model), and ``gpu`` >= 0 to pin the
-task to that GPU of the chosen node (FGD's GPU-share placement), else -1 for best fit.
+A choice kernel gets the task ``i``, the feasible nodes ``cand[:nc]`` (increasing index), the
+task and state arrays and the policy's data (a per-task-and-GPU-model ``table``, FGD's task
+mix, an int scratch ``ints``), and returns ``(position, gpu)``: ``gpu`` >= 0 pins the task to
+that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
 The kernels mirror ``policies.py``; the policy objects stay the single source of their
 parameters (``prepare``/``fit`` run as before and this module reads their attributes).
 """
@@ -47,13 +47,13 @@ def _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu):
 
 
 @njit(cache=True)
-def _choose_first(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+def _choose_first(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                   table, types_k, types_p, weights, ints):
     return 0, -1
 
 
 @njit(cache=True)
-def _choose_round_robin(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                         table, types_k, types_p, weights, ints):
     nxt = ints[_RR_NEXT]
     pos = np.searchsorted(cand[:nc], nxt)
@@ -64,7 +64,7 @@ def _choose_round_robin(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu,
 
 
 @njit(cache=True)
-def _choose_greedy(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                    table, types_k, types_p, weights, ints):
     best, best_load = 0, np.inf
     for c in range(nc):
@@ -85,7 +85,7 @@ def _choose_greedy(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_
 
 
 @njit(cache=True)
-def _choose_best_fit(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+def _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                      table, types_k, types_p, weights, ints):
     best, best_v = 0, np.inf
     for c in range(nc):
@@ -96,7 +96,7 @@ def _choose_best_fit(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gp
 
 
 @njit(cache=True)
-def _choose_table(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+def _choose_table(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                   table, types_k, types_p, weights, ints):
     """Lowest ``table[i, model of node]`` (estimated finish), ties best fit."""
     best, b1, b2 = 0, np.inf, np.inf
@@ -147,11 +147,11 @@ def _best_fit_into(row, kk, pp, out):
 
 
 @njit(cache=True)
-def _choose_fgd(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+def _choose_fgd(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                 table, types_k, types_p, weights, ints):
     """FGD: least increase of weighted fragmentation, ties best fit; a GPU-share task picks a GPU."""
     if k[i] == 0 or types_k.shape[0] == 0:
-        return _choose_best_fit(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli,
+        return _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli,
                                 node_model, table, types_k, types_p, weights, ints)
     G = gpu_free.shape[1]
     after = np.empty(G)
@@ -218,7 +218,6 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
     rel_mark = np.zeros(N, dtype=np.bool_)
     pick = np.empty(G, dtype=np.int64)
     gpus_of = np.full((n, G), -1, dtype=np.int64)  # chosen GPUs per task (-1 = none)
-    st = np.zeros(1)
     nxt = 0
     while nxt < n or hn > 0:
         if hn > 0 and (nxt >= n or ht[0] <= arrival[nxt]):
@@ -265,7 +264,7 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
                     q_ids[jj] = q_ids[jj + 1]
                     q_keys[jj] = q_keys[jj + 1]
                 qn -= 1
-                err = _place(choose, i, cand, nc, t, st, arrival, cpu, mem, k, p, run_time, node_model,
+                err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
                              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
                              weights, ints, start, end, node_of, gpus_of, pick)
                 if err:
@@ -282,7 +281,7 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
                     cand[nc] = nd
                     nc += 1
             if nc > 0:
-                err = _place(choose, i, cand, nc, t, st, arrival, cpu, mem, k, p, run_time, node_model,
+                err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
                              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
                              weights, ints, start, end, node_of, gpus_of, pick)
                 if err:
@@ -313,10 +312,10 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
 
 
 @njit
-def _place(choose, i, cand, nc, t, st, arrival, cpu, mem, k, p, run_time, node_model,
+def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
            cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p, weights, ints,
            start, end, node_of, gpus_of, pick):
-    pos, g = choose(i, cand, nc, st, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
+    pos, g = choose(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
                     table, types_k, types_p, weights, ints)
     if pos < 0 or pos >= nc:
         return True
