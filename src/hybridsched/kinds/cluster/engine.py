@@ -203,7 +203,7 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
 
 def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.ndarray, fast: tuple) -> NodeTrace:
     """The run in ``kernels.run_loop``; the final state goes to ``policy.finish`` as usual."""
-    from hybridsched.kinds.cluster.kernels import run_loop
+    from hybridsched.kinds.cluster.kernels import demand_classes, run_loop
 
     choose, table, types_k, types_p, weights = fast
     n = len(inp)
@@ -212,11 +212,12 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
     node_of = np.full(n, -1, dtype=np.int64)
     mask = np.zeros(n, dtype=np.int64)
     allowed = np.ascontiguousarray(inp.allowed)
+    demand, n_demand = demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
     err = run_loop(choose, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model, key,
                    np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
                    cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
                    (cluster.nodes.n_gpu > 0), np.ascontiguousarray(table, dtype=np.float64), types_k, types_p,
-                   weights, np.zeros(1, dtype=np.int64), start, end, node_of, mask)
+                   weights, np.zeros(1, dtype=np.int64), start, end, node_of, mask, demand, n_demand)
     if err:
         i = -1 - int(err)
         raise HybridschedError(f"policy {policy.name!r} made an invalid choice for task {inp.tasks.name[i]!r}")
