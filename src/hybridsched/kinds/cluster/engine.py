@@ -102,9 +102,14 @@ class NodeTrace:
         })
 
 
-def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | None = None) -> NodeTrace:
+def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | None = None,
+             compiled: bool = True) -> NodeTrace:
     """Run ``policy`` (see ``policies.py``) on the tasks; every task must fit some node of
-    an empty cluster (``fits_empty``), else it could wait forever and this raises."""
+    an empty cluster (``fits_empty``), else it could wait forever and this raises.
+
+    With ``compiled`` (and no ``max_events``), a policy whose exact class has a choice kernel
+    (``kernels.kernel_for``) runs in the compiled loop of ``kernels.py``, with the same trace;
+    any other policy, or ``compiled=False``, runs the Python loop below."""
     n = len(inp)
     fits_any = fits_empty(inp, cluster).any(axis=1)
     if not fits_any.all():
@@ -116,6 +121,12 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
     policy.prepare(inp, cluster)
     key = policy.queue_key()
     key = inp.arrival if key is None else np.asarray(key, dtype=np.float64)
+    if compiled and max_events is None:
+        from hybridsched.kinds.cluster.kernels import kernel_for
+
+        fast = kernel_for(policy)
+        if fast is not None:
+            return _simulate_compiled(inp, cluster, policy, key, fast)
     state = ClusterState(cluster)
     all_nodes = np.arange(cluster.n_nodes)
     start = np.full(n, np.nan)
@@ -187,4 +198,30 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
                 state.n_waiting += 1
     policy.finish(state)
     mask = np.array([int(np.sum(1 << g.astype(np.int64))) if len(g) else 0 for g in gpus_of], dtype=np.int64)
+    return NodeTrace(policy.name, inp, start, end, node_of, mask)
+
+
+def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.ndarray, fast: tuple) -> NodeTrace:
+    """The run in ``kernels.run_loop``; the final state goes to ``policy.finish`` as usual."""
+    from hybridsched.kinds.cluster.kernels import demand_classes, run_loop
+
+    choose, table, types_k, types_p, weights = fast
+    n = len(inp)
+    state = ClusterState(cluster)
+    start, end = np.full(n, np.nan), np.full(n, np.nan)
+    node_of = np.full(n, -1, dtype=np.int64)
+    mask = np.zeros(n, dtype=np.int64)
+    allowed = np.ascontiguousarray(inp.allowed)
+    demand, n_demand = demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
+    err = run_loop(choose, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model, key,
+                   np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
+                   cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
+                   (cluster.nodes.n_gpu > 0), np.ascontiguousarray(table, dtype=np.float64), types_k, types_p,
+                   weights, np.zeros(1, dtype=np.int64), start, end, node_of, mask, demand, n_demand)
+    if err:
+        i = -1 - int(err)
+        raise HybridschedError(f"policy {policy.name!r} made an invalid choice for task {inp.tasks.name[i]!r}")
+    state.gpu_sorted = -np.sort(-state.gpu_free, axis=1)
+    state.t = float(np.nanmax(end)) if n else 0.0
+    policy.finish(state)
     return NodeTrace(policy.name, inp, start, end, node_of, mask)

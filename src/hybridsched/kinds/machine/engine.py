@@ -255,12 +255,22 @@ def simulate(
     policy,  # hybridsched.kinds.machine.policies.base.Policy
     realization: Realization,
     compiled: bool = True,
+    devices: np.ndarray | None = None,
 ) -> Trace:
     """Run ``policy`` on ``tasks``. Same inputs, same trace: all randomness is in ``realization``
-    and in the policy's own seeded generator."""
-    session = Session(tasks, cluster, policy, realization, compiled)
+    and in the policy's own seeded generator.
+
+    ``devices``: optional ``(2, n_devices)`` array of the believed (row 0) and true (row 1) free
+    times the run starts from; it is updated in place, so a caller can carry the devices from
+    one batch of independent tasks into the next (see ``stream``). Default: all free at 0."""
+    if devices is None:
+        session = Session(tasks, cluster, policy, realization, compiled)
+    else:
+        session = Session(tasks, cluster, policy, realization, compiled, free_at=devices[1], believed_free=devices[0])
     while not session.step():
         pass
+    if devices is not None:
+        devices[0], devices[1] = session.est, session.true_free
     return session.trace()
 
 

@@ -25,28 +25,37 @@ def device_busy_seconds(trace: pd.DataFrame, n_gpus: int) -> np.ndarray:
 def summarize(trace: pd.DataFrame, cluster: Cluster) -> dict[str, float]:
     """Scalar metrics of one policy's trace."""
     lat = (trace["end"] - trace["arrival"]).to_numpy()
-    t0 = float(trace["arrival"].min())
-    span = float(trace["end"].max()) - t0
-    busy = device_busy_seconds(trace, cluster.n_gpus)
+    means = {"mean_latency": float(lat.mean()), "mean_wait": float(trace["wait"].mean()),
+             "mean_fraction": float(trace["fraction"].mean())}
+    quantiles = {f"p{q}_latency": float(np.percentile(lat, q)) for q in (50, 95, 99)}
+    return finish_summary(len(trace), float(trace["arrival"].min()), float(trace["end"].max()),
+                          device_busy_seconds(trace, cluster.n_gpus), float(trace["energy_j"].sum()),
+                          means, quantiles, cluster)
+
+
+def finish_summary(n: int, t0: float, t_end: float, busy: np.ndarray, busy_energy_j: float,
+                   means: dict[str, float], quantiles: dict[str, float], cluster: Cluster) -> dict[str, float]:
+    """The scalar metrics from run totals (shared by the in-memory and the streaming path):
+    task count, first arrival, last end, busy seconds per device, energy of busy devices,
+    and the latency means and quantiles already computed."""
+    span = t_end - t0
     util = busy / span if span > 0 else np.zeros_like(busy)
     gpu_busy = busy[1:]
     idle_j = float(np.sum(cluster.idle_watts() * np.maximum(span - busy, 0.0)))
-    energy = float(trace["energy_j"].sum()) + idle_j
+    energy = busy_energy_j + idle_j
     out = {
         "makespan": span,
-        "mean_latency": float(lat.mean()),
-        "p50_latency": float(np.percentile(lat, 50)),
-        "p95_latency": float(np.percentile(lat, 95)),
-        "p99_latency": float(np.percentile(lat, 99)),
-        "mean_wait": float(trace["wait"].mean()),
+        "mean_latency": means["mean_latency"],
+        **{k: quantiles[k] for k in ("p50_latency", "p95_latency", "p99_latency")},
+        "mean_wait": means["mean_wait"],
         "cpu_utilisation": float(util[0]),
         "gpu_utilisation": float(util[1:].mean()),
         # 1 = every GPU equally busy; 1/n_gpus = one GPU does all the GPU work
         "gpu_load_balance": float(gpu_busy.mean() / gpu_busy.max()) if gpu_busy.max() > 0 else 1.0,
-        "mean_fraction": float(trace["fraction"].mean()),
+        "mean_fraction": means["mean_fraction"],
         "energy_j": energy,
         "cost_usd": cluster.joules_to_dollars(energy),
-        "throughput_tasks_per_s": len(trace) / span if span > 0 else float("nan"),
+        "throughput_tasks_per_s": n / span if span > 0 else float("nan"),
     }
     for g in range(cluster.n_gpus):
         out[f"gpu{g}_utilisation"] = float(util[g + 1])

@@ -6,10 +6,13 @@ simulates it on the rest, the *validation* workload, whose metrics are the objec
 front. The untuned configuration is always trial 0, so the reported best is never worse
 than the default on the validation workload.
 
-Storage is Optuna's journal file, safe for several processes at once: ``n_jobs`` worker
-processes (or several ``python -m stages.tune`` runs) share one study, and a rerun with
-the same settings resumes it instead of starting over (the study name is a hash of
-everything that defines it).
+Storage (``tune.storage``) is Optuna's journal file, safe for several processes on one
+machine, or a database URL (``postgresql+psycopg://user:password@host:5432/db``) that
+workers on many machines share: ``n_jobs`` worker processes (or several
+``python -m stages.tune`` runs, on any machine that reaches the database) share one study,
+and a rerun with the same settings resumes it instead of starting over (the study name is a
+hash of everything that defines it).  The study stops at ``n_trials`` finished trials in
+all, however many processes work on it.
 """
 
 from __future__ import annotations
@@ -165,7 +168,12 @@ def study_name(settings: TuneSettings, cfg: dict[str, Any], tasks: TaskTable) ->
 
 
 def _storage(path: str):
+    """A journal file for a path; an RDB storage for a URL (``scheme://...``)."""
     import optuna
+
+    if "://" in path:
+        # pre-ping: a worker's pooled connection may have been closed by the server between trials
+        return optuna.storages.RDBStorage(path, engine_kwargs={"pool_pre_ping": True})
     from optuna.storages.journal import JournalFileBackend
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -206,8 +214,11 @@ def _worker(settings: TuneSettings, cfg: dict[str, Any], fit: TaskTable, val: Ta
         values = _objective_values(m, settings.objectives)
         return values if multi else values[0]
 
-    # a bar only on a terminal (DVC logs and CI stay quiet)
-    study.optimize(objective, n_trials=n_trials, show_progress_bar=sys.stderr.isatty())
+    # the global cap: workers on other machines may have finished trials meanwhile; a bar
+    # only on a terminal (DVC logs and CI stay quiet)
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    study.optimize(objective, n_trials=n_trials, show_progress_bar=sys.stderr.isatty(),
+                   callbacks=[optuna.study.MaxTrialsCallback(settings.n_trials, states=done)])
 
 
 def run_study(settings: TuneSettings, cfg: dict[str, Any], train: TaskTable, cluster: Cluster) -> dict[str, Any]:

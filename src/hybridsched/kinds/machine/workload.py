@@ -222,9 +222,10 @@ class WorkloadSpec:
             raise WorkloadError(f"workload.burst_amplitude must be in [0, 1), got {self.burst_amplitude}")
 
 
-def generate(spec: WorkloadSpec, n: int, rng: np.random.Generator, first_id: int = 0, cpu_gflops: float = 50.0) -> TaskTable:
-    """Draw ``n`` tasks from ``spec`` with the given RNG."""
-    arrival = _arrivals(spec, n, rng)
+def generate(spec: WorkloadSpec, n: int, rng: np.random.Generator, first_id: int = 0, cpu_gflops: float = 50.0,
+             t0: float = 0.0) -> TaskTable:
+    """Draw ``n`` tasks from ``spec`` with the given RNG; arrivals continue after time ``t0``."""
+    arrival = _arrivals(spec, n, rng, t0)
     size = _log_uniform(rng, *spec.size_range, n)
     intensity = rng.uniform(*spec.intensity_range, n)
     memory = _log_uniform(rng, *spec.memory_range, n)
@@ -239,13 +240,14 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float, n: int) -> np.n
     return np.exp(rng.uniform(np.log(lo), np.log(hi), n))
 
 
-def _arrivals(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+def _arrivals(spec: WorkloadSpec, n: int, rng: np.random.Generator, t0: float = 0.0) -> np.ndarray:
     if spec.burst_amplitude == 0:
-        return np.cumsum(rng.exponential(1.0 / spec.rate, n))
+        arr = np.cumsum(rng.exponential(1.0 / spec.rate, n))
+        return arr + t0 if t0 else arr
     # Non-homogeneous Poisson by thinning a process at the peak rate.
     peak = spec.rate * (1 + spec.burst_amplitude)
     out: list[np.ndarray] = []
-    t0, have = 0.0, 0
+    have = 0
     while have < n:
         cand = t0 + np.cumsum(rng.exponential(1.0 / peak, 2 * (n - have) + 16))
         rate_t = spec.rate * (1 + spec.burst_amplitude * np.sin(2 * np.pi * cand / spec.burst_period_s))

@@ -36,6 +36,9 @@ class Policy:
     kernel: ClassVar[object | None] = None
     clairvoyant: ClassVar[bool] = False  # True: receives the run's Realization via reveal()
     observe_every: int = 0  # >0: observe() is called with batches of this many completions
+    # True: decisions depend only on the task's own row and the device free times, so a run can
+    # be cut into chunks (prepare() per chunk) with the same result (see kinds/machine/stream.py)
+    streamable: ClassVar[bool] = False
 
     def prepare(self, tasks: TaskTable, cluster: Cluster, X: np.ndarray) -> None:
         """Batched work before the run (e.g. predict all run times at once)."""

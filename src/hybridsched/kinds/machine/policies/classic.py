@@ -73,3 +73,4 @@ class Greedy(Policy):
 
     name = "greedy"
     kernel = _greedy
+    streamable = True

@@ -50,6 +50,7 @@ class EarliestFinishTime(Policy):
 
     name = "eft"
     kernel = _eft
+    streamable = True
 
     def __init__(self, fraction_step: float = 0.05) -> None:
         self.grid = fraction_grid(fraction_step)

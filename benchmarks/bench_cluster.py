@@ -1,0 +1,118 @@
+"""Node-cluster simulator speed: pods/s per policy at 10^4, 10^5, 10^6 pods, peak memory, linearity.
+
+Run: `python -m benchmarks.bench_cluster [--sizes 10000 100000 1000000] [--max-seconds 120]`.
+Workload: the Alibaba GPU trace v2023 (`openb_pod_list_default.csv`, time compression 3 as in
+conf/workload/alibaba_gpu_2023.yaml), resampled: pods drawn with replacement (each pod's fields
+together, so their joint distribution is the trace's) with arrivals from the trace's own
+inter-arrival gaps, onto nodes drawn with replacement from the trace's node list, as many per
+pod as the configured run has (16 nodes for the trace's pods).  A policy whose projected time
+at the next size exceeds --max-seconds is skipped there and reported as not measured.
+Targets (2 cores): >= 200,000 pods/s for the FIFO policies (round_robin, random, greedy,
+best_fit) and >= 50,000 pods/s for fgd at 10^6 pods; time per pod flat in the pod count.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import measure, report
+from hybridsched.kinds.cluster import policies as P
+from hybridsched.kinds.cluster.engine import simulate
+from hybridsched.kinds.cluster.nodes import NodeCluster, fits_some_node, run_inputs
+from hybridsched.kinds.cluster.speeds import speed_table
+from hybridsched.kinds.cluster.trace import PodTable
+from hybridsched.kinds.cluster.trace import NodeTable, read_node_list, read_pod_trace
+from hybridsched.kinds.machine.devices import Cluster
+
+TRACES = Path("/work/shared/traces") if Path("/work/shared/traces").exists() else Path("../shared/traces")
+TARGET_FIFO = 200_000
+TARGET_FGD = 50_000
+FIFO = ("round_robin", "random", "greedy", "best_fit")
+BASE_NODES = 16  # conf/workload/alibaba_gpu_2023.yaml: nodes.sample.n_nodes for the whole pod list
+
+
+def resample(pods: PodTable, nodes: NodeTable, n: int, seed: int) -> tuple[PodTable, NodeTable]:
+    """``n`` pods and a proportional node count, drawn from the trace's own distributions."""
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(pods), n, replace=True))
+    out = pods.subset(rows)
+    gaps = np.diff(pods.arrival, prepend=pods.arrival[0])
+    out.arrival = np.cumsum(rng.choice(gaps, n, replace=True))
+    out.task_id = np.arange(n, dtype=np.int64)
+    n_nodes = max(BASE_NODES, int(round(BASE_NODES * n / len(pods))))
+    sample = nodes.subset(rng.choice(len(nodes), n_nodes, replace=True))
+    sample.name = np.array([f"{s}#{j}" for j, s in enumerate(sample.name)], dtype=object)
+    keep = fits_some_node(out, sample)
+    return out.subset(np.flatnonzero(keep)), sample
+
+
+def _projected_seconds(runs: list[tuple[int, float]], n: int) -> float:
+    """Time at ``n`` pods extrapolated from the measured runs with their own growth exponent
+    (at least linear: the node count grows with the pod count, so the cost is superlinear)."""
+    if not runs:
+        return 0.0
+    (n1, t1), (n2, t2) = (runs[-2] if len(runs) > 1 else runs[-1]), runs[-1]
+    e = max(1.0, float(np.log(t2 / t1) / np.log(n2 / n1))) if n2 > n1 else 1.0
+    return t2 * (n / n2) ** e
+
+
+def policies() -> dict[str, P.NodePolicy]:
+    return {"round_robin": P.RoundRobin(), "random": P.Random(0), "greedy": P.Greedy(), "best_fit": P.BestFit(),
+            "fgd": P.FragmentationGradientDescent(), "eft": P.EarliestFinishTime(), "oracle": P.Oracle()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--max-seconds", type=float, default=120.0, help="skip a run projected to take longer")
+    ap.add_argument("--policies", nargs="+", default=list(policies()))
+    args = ap.parse_args()
+    ali = TRACES / "alibaba-gpu-v2023"
+    pods, _ = read_pod_trace(ali / "openb_pod_list_default.csv", 3.0)
+    all_nodes = read_node_list(ali / "openb_node_list_all_node.csv")
+    rows, seen = [], {}  # policy -> [(pods, seconds), ...] measured so far
+    warm, warm_nodes = resample(pods, all_nodes, 300, seed=1)
+    warm_cluster = NodeCluster.build(warm_nodes, speed_table(TRACES / "gavel/simulation_throughputs.json",
+                                                              sorted({str(m) for m in warm_nodes.model if m}), "G2"))
+    for name, pol in policies().items():  # compile each policy's loop outside the timings
+        pol.fit(pods)
+        simulate(run_inputs(warm, warm_cluster), warm_cluster, pol)
+    for n in args.sizes:
+        test, nodes = resample(pods, all_nodes, n, seed=0)
+        models = sorted({str(m) for m in nodes.model if m != ""})
+        cluster = NodeCluster.build(nodes, speed_table(TRACES / "gavel/simulation_throughputs.json", models, "G2"),
+                                    Cluster())
+        inp = run_inputs(test, cluster)
+        for name, pol in policies().items():
+            if name not in args.policies:
+                continue
+            guess = _projected_seconds(seen.get(name, []), len(test))
+            if guess > args.max_seconds:
+                rows.append({"policy": name, "pods": len(test), "nodes": len(nodes), "seconds": None,
+                             "pods_per_s": None, "us_per_pod": None, "peak_mb": None,
+                             "note": f"skipped: projected {guess:.0f} s"})
+                print(rows[-1], flush=True)
+                continue
+            pol.name = name
+            pol.fit(pods)
+            dt, peak = measure(lambda pol=pol: simulate(inp, cluster, pol))
+            seen.setdefault(name, []).append((len(test), dt))
+            rows.append({"policy": name, "pods": len(test), "nodes": len(nodes), "seconds": round(dt, 3),
+                         "pods_per_s": round(len(test) / dt), "us_per_pod": round(dt / len(test) * 1e6, 2),
+                         "peak_mb": round(peak, 1), "note": ""})
+            print(rows[-1], flush=True)
+    big = max(args.sizes)
+    at_big = {r["policy"]: r["pods_per_s"] for r in rows if r["pods"] >= 0.9 * big}
+    fifo_ok = all((at_big.get(p) or 0) >= TARGET_FIFO for p in FIFO if p in args.policies)
+    fgd_ok = (at_big.get("fgd") or 0) >= TARGET_FGD
+    report("bench_cluster", rows, {"target_fifo_pods_per_s": TARGET_FIFO, "target_fgd_pods_per_s": TARGET_FGD,
+                                   "fifo_target_met": fifo_ok, "fgd_target_met": fgd_ok})
+    print(f"FIFO target (>= {TARGET_FIFO:,} pods/s at {big:,}): {'met' if fifo_ok else 'MISSED'}; "
+          f"FGD target (>= {TARGET_FGD:,} pods/s): {'met' if fgd_ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
