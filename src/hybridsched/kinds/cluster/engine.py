@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, fits_empty
+from hybridsched.kinds.cluster.nodes import POD_CLASSES, NodeCluster, RunInputs, fits_empty, pod_class
 
 TRACE_COLUMNS = ("task_id", "name", "policy", "arrival", "start", "end", "wait", "run_time", "node", "node_name",
                  "model", "gpus", "num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "qos", "energy_j")
@@ -41,6 +41,7 @@ class ClusterState:
         # -1 marks a GPU slot the node does not have: it never fits and never counts as free
         self.gpu_free = np.where(cluster.gpu_cap > 0, cluster.gpu_cap, -1.0)
         self.gpu_sorted = -np.sort(-self.gpu_free, axis=1)  # per node, free milli in decreasing order
+        self.n_class = np.zeros((cluster.n_nodes, len(POD_CLASSES)), dtype=np.int64)  # pods per node and class
         self.t = 0.0
         self.n_waiting = 0
         self.n_running = 0
@@ -57,6 +58,7 @@ class ClusterState:
 
     def take(self, n: int, gpus: np.ndarray, cpu: float, mem: float, p: float, sign: float) -> None:
         """Allocate (sign -1) or release (+1) resources on node ``n``."""
+        self.n_class[n, pod_class(len(gpus), p)] -= int(sign)
         self.cpu_free[n] += sign * cpu
         self.mem_free[n] += sign * mem
         if len(gpus):
