@@ -70,3 +70,17 @@ def save_axes(ax, path: Path) -> Path:
     _pyplot()
     fig = ax.figure if hasattr(ax, "figure") else ax[0].figure
     return _save(fig, Path(path))
+
+
+def save_band_lines(series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], path: Path,
+                    xlabel: str, ylabel: str, title: str) -> Path:
+    """One median line per name with its shaded band: ``series[name] = (x, median, lo, hi)``."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for name, (x, med, lo, hi) in series.items():
+        (line,) = ax.plot(x, med, label=name, lw=1.4)
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, Path(path))

@@ -107,88 +107,118 @@ def node_fragmentation(free: np.ndarray, types: np.ndarray, popularity: np.ndarr
 
 
 # --- compiled kernels shared by the time-driven runs and the paper's protocol -----------------
+# Per node and type: ``cnt`` GPUs that hold the type's share, ``lt`` idle milli on the others;
+# from them and the idle total, the node's fragmentation for the type (``_type_frag``).
 
 
 @njit(cache=True)
-def _frag_one(free, cpu_free, model, tk, tp, tcpu, tallow, tw):  # pragma: no cover - compiled
-    """Weighted fragmented milli of one node (``free``: its GPU slots, -1 = none)."""
-    total = 0.0
-    for g in range(free.shape[0]):
-        if free[g] > 0:
-            total += free[g]
-    s = 0.0
-    for t in range(tk.shape[0]):
-        if not tallow[t, model] or cpu_free < tcpu[t]:
-            s += tw[t] * total
-            continue
-        if tk[t] == 0:
-            continue  # a CPU-only type that fits strands no GPU
-        cnt = 0
-        lt = 0.0
-        for g in range(free.shape[0]):
-            f = free[g]
-            if f >= tp[t]:
-                cnt += 1
-            elif f > 0:
-                lt += f
-        s += tw[t] * (lt if cnt >= tk[t] else total)
-    return s
+def _type_frag(t, cnt, lt, total, cpu_free, model, tk, tcpu, tallow):  # pragma: no cover - compiled
+    """Fragmented milli of a node for type ``t``: all idle milli if the type cannot run there,
+    else the idle milli of the GPUs too small for its share (none for a CPU-only type)."""
+    if not tallow[t, model] or cpu_free < tcpu[t] or (tk[t] > 0 and cnt < tk[t]):
+        return total
+    return lt if tk[t] > 0 else 0.0
 
 
 @njit(cache=True)
-def _frag_nodes(free, cpu_free, model, tk, tp, tcpu, tallow, tw):  # pragma: no cover - compiled
-    out = np.empty(free.shape[0])
-    for c in range(free.shape[0]):
-        out[c] = _frag_one(free[c], cpu_free[c], model[c], tk, tp, tcpu, tallow, tw)
-    return out
+def _moved(cnt, lt, f_old, f_new, share):  # pragma: no cover - compiled
+    """Per-type counts after one GPU goes from ``f_old`` to ``f_new`` free milli (both >= 0)."""
+    if f_old >= share:
+        cnt -= 1
+    elif f_old > 0:
+        lt -= f_old
+    if f_new >= share:
+        cnt += 1
+    elif f_new > 0:
+        lt += f_new
+    return cnt, lt
 
 
 @njit(cache=True)
-def _fgd_scores(free, cpu_free, model, pod_cpu, k, p, tk, tp, tcpu, tallow, tw):  # pragma: no cover
-    """Per node (rows of ``free``): the least increase of weighted fragmentation over the ways
-    to place the pod, and for a GPU-sharing pod the GPU that achieves it (lowest index on ties;
-    GPUs with equal free milli are the same choice); -1 for other pods (tightest GPUs)."""
-    n, g_slots = free.shape
-    delta = np.empty(n)
-    best_gpu = np.full(n, -1, dtype=np.int64)
-    row = np.empty(g_slots)
+def _node_stats(rows, free, cpu_free, model, tk, tp, tcpu, tallow, tw, cnt, lt, frag):  # pragma: no cover
+    """Fill ``cnt[n]``, ``lt[n]`` (per type) and ``frag[n]`` (weighted) for every node in ``rows``."""
+    for n in rows:
+        total = 0.0
+        for g in range(free.shape[1]):
+            if free[n, g] > 0:
+                total += free[n, g]
+        s = 0.0
+        for t in range(tk.shape[0]):
+            c = 0
+            lv = 0.0
+            for g in range(free.shape[1]):
+                f = free[n, g]
+                if f >= tp[t]:
+                    c += 1
+                elif f > 0:
+                    lv += f
+            cnt[n, t] = c
+            lt[n, t] = lv
+            s += tw[t] * _type_frag(t, c, lv, total, cpu_free[n], model[n], tk, tcpu, tallow)
+        frag[n] = s
+
+
+@njit(cache=True)
+def _fgd_from_stats(rows, free, cpu_free, model, cnt, lt, frag, pod_cpu, k, p,
+                    tk, tp, tcpu, tallow, tw):  # pragma: no cover - compiled
+    """Per node of ``rows`` (whose stats are current): the least increase of weighted
+    fragmentation over the ways to place the pod, and for a GPU-sharing pod the GPU that gives
+    it (lowest index on ties; GPUs with equal free milli are the same choice), -1 otherwise
+    (the tightest GPUs: for whole GPUs the idle ones, all alike).  A candidate GPU changes the
+    per-type counts in O(types) instead of a fresh O(GPUs x types) pass."""
+    n_t = tk.shape[0]
+    g_slots = free.shape[1]
+    delta = np.empty(rows.shape[0])
+    best_gpu = np.full(rows.shape[0], -1, dtype=np.int64)
+    cnt2 = np.empty(n_t, dtype=np.int64)
+    lt2 = np.empty(n_t)
     taken = np.zeros(g_slots, dtype=np.bool_)
-    for c in range(n):
-        before = _frag_one(free[c], cpu_free[c], model[c], tk, tp, tcpu, tallow, tw)
-        cpu_after = cpu_free[c] - pod_cpu
+    for j in range(rows.shape[0]):
+        n = rows[j]
+        m = model[n]
+        total = 0.0
         for g in range(g_slots):
-            row[g] = free[c, g]
+            if free[n, g] > 0:
+                total += free[n, g]
+        cpu_after = cpu_free[n] - pod_cpu
         if k == 1 and p < _WHOLE:
             best = np.inf
             for g in range(g_slots):
-                f = free[c, g]
+                f = free[n, g]
                 if f < p:
                     continue
                 seen = False
                 for h in range(g):
-                    if free[c, h] == f:
+                    if free[n, h] == f:
                         seen = True
                         break
                 if seen:
                     continue
-                row[g] = f - p
-                after = _frag_one(row, cpu_after, model[c], tk, tp, tcpu, tallow, tw)
-                row[g] = f
+                after = 0.0
+                for t in range(n_t):
+                    c, lv = _moved(cnt[n, t], lt[n, t], f, f - p, tp[t])
+                    after += tw[t] * _type_frag(t, c, lv, total - p, cpu_after, m, tk, tcpu, tallow)
                 if after < best:
                     best = after
-                    best_gpu[c] = g
-            delta[c] = best - before
+                    best_gpu[j] = g
+            delta[j] = best - frag[n]
         else:
-            # the k GPUs that fit tightest (for whole GPUs: the idle ones, all alike)
+            for t in range(n_t):
+                cnt2[t] = cnt[n, t]
+                lt2[t] = lt[n, t]
             taken[:] = False
             for _ in range(k):
                 pick = -1
                 for g in range(g_slots):
-                    if not taken[g] and free[c, g] >= p and (pick < 0 or free[c, g] < free[c, pick]):
+                    if not taken[g] and free[n, g] >= p and (pick < 0 or free[n, g] < free[n, pick]):
                         pick = g
                 taken[pick] = True
-                row[pick] -= p
-            delta[c] = _frag_one(row, cpu_after, model[c], tk, tp, tcpu, tallow, tw) - before
+                for t in range(n_t):
+                    cnt2[t], lt2[t] = _moved(cnt2[t], lt2[t], free[n, pick], free[n, pick] - p, tp[t])
+            after = 0.0
+            for t in range(n_t):
+                after += tw[t] * _type_frag(t, cnt2[t], lt2[t], total - k * p, cpu_after, m, tk, tcpu, tallow)
+            delta[j] = after - frag[n]
     return delta, best_gpu
 
 
@@ -197,12 +227,48 @@ def _mix_args(mix: TaskMix) -> tuple:
             np.ascontiguousarray(mix.allowed), mix.count.astype(np.float64))
 
 
+class FragCache:
+    """Per-node fragmentation statistics for one mix, refreshed only for nodes whose state
+    changed (``ClusterState.version``): between two placements one node changes, so scoring
+    every feasible node costs O(types) per candidate instead of O(GPUs x types)."""
+
+    def __init__(self, mix: TaskMix, n_nodes: int) -> None:
+        self.mix = mix
+        self.args = _mix_args(mix)
+        self.cnt = np.zeros((n_nodes, len(mix)), dtype=np.int64)
+        self.lt = np.zeros((n_nodes, len(mix)))
+        self.frag = np.zeros(n_nodes)
+        self.version = np.full(n_nodes, -1, dtype=np.int64)
+
+    def refresh(self, nodes: np.ndarray, free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray,
+                version: np.ndarray) -> None:
+        """Bring the statistics of ``nodes`` up to date with the state arrays."""
+        stale = nodes[self.version[nodes] != version[nodes]]
+        if len(stale):
+            _node_stats(stale, free, cpu_free, model, *self.args, self.cnt, self.lt, self.frag)
+            self.version[stale] = version[stale]
+
+    def fgd(self, nodes: np.ndarray, free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray,
+            pod_cpu: float, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`fgd_scores` of ``nodes`` (rows of the state arrays; refreshed first by the caller)."""
+        return _fgd_from_stats(nodes, free, cpu_free, model, self.cnt, self.lt, self.frag, float(pod_cpu), int(k),
+                               float(p), *self.args)
+
+
+def _stats(free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, mix: TaskMix) -> tuple:
+    free = np.ascontiguousarray(free, dtype=np.float64)
+    cpu_free, model = np.asarray(cpu_free, np.float64), np.asarray(model, np.int64)
+    cache = FragCache(mix, len(free))
+    rows = np.arange(len(free))
+    cache.refresh(rows, free, cpu_free, model, np.zeros(len(free), dtype=np.int64))
+    return cache, rows, free, cpu_free, model
+
+
 def mix_fragmentation(free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, mix: TaskMix) -> np.ndarray:
     """Count-weighted fragmented GPU milli of each node (rows of ``free``, -1 = no GPU slot)
     with free CPU ``cpu_free`` and GPU model index ``model``; divide by ``mix.total`` for the
     expectation per pod."""
-    return _frag_nodes(np.ascontiguousarray(free, dtype=np.float64), np.asarray(cpu_free, np.float64),
-                       np.asarray(model, np.int64), *_mix_args(mix))
+    return _stats(free, cpu_free, model, mix)[0].frag
 
 
 def fgd_scores(free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, pod_cpu: float, k: int, p: float,
@@ -210,5 +276,5 @@ def fgd_scores(free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, pod_cp
     """FGD's node scores: per node, the least increase of count-weighted fragmentation when
     the pod (``pod_cpu`` milli-CPU, ``k`` GPUs of ``p`` milli) is placed there, and for a
     GPU-sharing pod the GPU that gives it (-1 otherwise).  Every node must fit the pod."""
-    return _fgd_scores(np.ascontiguousarray(free, dtype=np.float64), np.asarray(cpu_free, np.float64),
-                       np.asarray(model, np.int64), float(pod_cpu), int(k), float(p), *_mix_args(mix))
+    cache, rows, free, cpu_free, model = _stats(free, cpu_free, model, mix)
+    return cache.fgd(rows, free, cpu_free, model, pod_cpu, k, p)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from hybridsched.kinds.cluster.engine import ClusterState
-from hybridsched.kinds.cluster.fragmentation import TaskMix, fgd_scores, gpu_task_mix, typical_pods
+from hybridsched.kinds.cluster.fragmentation import FragCache, TaskMix, gpu_task_mix, typical_pods
 from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, pod_class
 from hybridsched.kinds.cluster.trace import MILLI, PodTable
 
@@ -240,6 +240,7 @@ class FragmentationGradientDescent(NodePolicy):
         pods = inp.tasks if self._mix_pods is None else self._mix_pods  # not fitted: the run's own mix
         self.mix = self.task_mix(pods, cluster.models)
         self._cand: tuple[np.ndarray, np.ndarray] | None = None
+        self._cache: tuple[ClusterState, FragCache] | None = None
 
     def task_mix(self, pods: PodTable, models: tuple[str, ...]) -> TaskMix:
         """The mix this FGD measures fragmentation with (see the class docstring)."""
@@ -249,8 +250,11 @@ class FragmentationGradientDescent(NodePolicy):
 
     def score(self, i, nodes, state) -> np.ndarray:
         inp = self.inp
-        delta, gpu = fgd_scores(state.gpu_free[nodes], state.cpu_free[nodes], self.cluster.node_model[nodes],
-                                inp.cpu[i], int(inp.k[i]), inp.p[i], self.mix)
+        if self._cache is None or self._cache[0] is not state:  # a new run: fresh statistics
+            self._cache = (state, FragCache(self.mix, self.cluster.n_nodes))
+        cache, model = self._cache[1], self.cluster.node_model
+        cache.refresh(nodes, state.gpu_free, state.cpu_free, model, state.version)
+        delta, gpu = cache.fgd(nodes, state.gpu_free, state.cpu_free, model, inp.cpu[i], int(inp.k[i]), inp.p[i])
         self._cand = (nodes, gpu)
         return delta
 
