@@ -76,17 +76,22 @@ def four_nodes():
 
 
 def occupied(cluster, inp) -> ClusterState:
+    """The fixture's cluster with its two residents placed."""
     state = ClusterState(cluster)
     place(state, inp, 0, 0, [0])  # n0 GPU0: 500 left, 28000 CPU left
     place(state, inp, 1, 2, [0])  # n2 GPU0: taken, 88000 CPU left
     return state
 
 
-def test_dot_prod_takes_the_smallest_dot_product_of_free_and_request(four_nodes):
+def ready(policy, four_nodes) -> ClusterState:
+    """``policy`` bound to the fixture's pods, and the occupied cluster."""
     cluster, pods = four_nodes
+    return occupied(cluster, bound(policy, pods, cluster))
+
+
+def test_dot_prod_takes_the_smallest_dot_product_of_free_and_request(four_nodes):
     policy = P.DotProd()
-    inp = bound(policy, pods, cluster)
-    state = occupied(cluster, inp)
+    state = ready(policy, four_nodes)
     nodes = np.arange(4)
     s = policy.score(2, nodes, state)
     free_cpu = np.array([28000, 64000, 88000, 16000]) / 128000
@@ -97,10 +102,8 @@ def test_dot_prod_takes_the_smallest_dot_product_of_free_and_request(four_nodes)
 
 
 def test_best_fit_normalises_cpu_and_gpu_left_across_nodes(four_nodes):
-    cluster, pods = four_nodes
     policy = P.BestFitNormalized()
-    inp = bound(policy, pods, cluster)
-    state = occupied(cluster, inp)
+    state = ready(policy, four_nodes)
     nodes = np.array([1, 2, 3])
     cpu_left = np.array([64000, 88000, 16000]) - 4000.0
     gpu_left = np.array([4000, 7000, 2000]) - 1000.0
@@ -110,10 +113,8 @@ def test_best_fit_normalises_cpu_and_gpu_left_across_nodes(four_nodes):
 
 
 def test_gpu_packing_prefers_partly_used_nodes_then_the_tightest_gpu_and_idle_nodes_last(four_nodes):
-    cluster, pods = four_nodes
     policy = P.GpuPacking()
-    inp = bound(policy, pods, cluster)
-    state = occupied(cluster, inp)
+    state = ready(policy, four_nodes)
     nodes = np.arange(4)
     s = policy.score(2, nodes, state)  # a half-GPU pod: n0's half-free GPU fits exactly
     assert int(np.argmin(s)) == 0 and s[0] == 0.0
@@ -124,10 +125,8 @@ def test_gpu_packing_prefers_partly_used_nodes_then_the_tightest_gpu_and_idle_no
 
 
 def test_gpu_clustering_prefers_nodes_holding_the_same_class(four_nodes):
-    cluster, pods = four_nodes
     policy = P.GpuClustering()
-    inp = bound(policy, pods, cluster)
-    state = occupied(cluster, inp)
+    state = ready(policy, four_nodes)
     nodes = np.arange(4)
     assert int(np.argmin(policy.score(2, nodes, state))) == 0  # sharing pod -> n0 holds a sharing pod
     assert int(np.argmin(policy.score(3, nodes, state))) == 2  # whole GPU -> n2 holds a whole-GPU pod
@@ -136,10 +135,8 @@ def test_gpu_clustering_prefers_nodes_holding_the_same_class(four_nodes):
 
 
 def test_random_scores_every_node_alike_and_takes_random_fitting_gpus(four_nodes):
-    cluster, pods = four_nodes
     policy = P.Random(random_gpus=True)
-    inp = bound(policy, pods, cluster)
-    state = occupied(cluster, inp)
+    state = ready(policy, four_nodes)
     assert np.all(policy.score(2, np.arange(4), state) == 0)
     picks = {tuple(policy.gpus(3, 2, state)) for _ in range(60)}
     assert picks <= {(g,) for g in range(1, 8)} and len(picks) > 3  # never the taken GPU 0, not always one

@@ -4,7 +4,7 @@ summarised as in ``report.py``.  Entry point: :func:`run_experiment` (the ``fgd_
 
 Settings (``conf/fgd/default.yaml``): ``pod_list``, ``node_list``, ``seeds``, ``inflation``,
 ``coverage``, ``zero_cpu_milli``, ``policies`` (name -> ``_target_`` spec), ``fgd_policy`` and
-``packing`` (the headline's comparison), ``report_x``, ``table_x``, ``headline_from_x``,
+``packing`` (the headline's comparison), ``report_x``, ``table_x``, ``headline_from_x``, ``figure_from_x``,
 ``workers``, ``name`` (output file stem).
 """
 
@@ -50,6 +50,7 @@ class FgdSettings:
     report_x: list[int] = field(default_factory=lambda: list(range(0, 131, 5)))
     table_x: list[int] = field(default_factory=lambda: [80, 90, 95, 100, 110, 120, 130])
     headline_from_x: int = 80
+    figure_from_x: int = 60
     workers: int = 2
     name: str = "fgd_atc23"
 
@@ -72,8 +73,9 @@ class FgdSettings:
             (0 < s.coverage <= 1, "coverage", s.coverage, "in (0, 1]"),
             (s.zero_cpu_milli > 0, "zero_cpu_milli", s.zero_cpu_milli, "> 0"),
             (s.workers >= 1, "workers", s.workers, ">= 1"),
-            (all(0 <= x <= last for x in s.report_x + s.table_x + [s.headline_from_x]), "report_x/table_x/headline_from_x",
-             sorted({*s.report_x, *s.table_x, s.headline_from_x}), f"within [0, {last}] (100 x inflation)"),
+            (all(0 <= x <= last for x in [*s.report_x, *s.table_x, s.headline_from_x, s.figure_from_x]),
+             "report_x/table_x/headline_from_x/figure_from_x", sorted({*s.report_x, *s.table_x, s.headline_from_x,
+                                                                      s.figure_from_x}), f"within [0, {last}] (100 x inflation)"),
             (s.fgd_policy in s.policies, "fgd_policy", s.fgd_policy, f"one of the policies {sorted(s.policies)}"),
             (len(s.packing) > 0 and set(s.packing) <= set(s.policies), "packing", s.packing,
              f"a non-empty subset of the policies {sorted(s.policies)}"),
@@ -135,5 +137,5 @@ def run_experiment(settings: dict[str, Any], out_dir: str | Path) -> dict[str, A
     write_frame(out / f"{s.name}_table.csv", tab)
     write_text(out / f"{s.name}_table.md", report.markdown(tab))
     write_frame(out / "plots" / f"{s.name}_curves.csv", report.curves_frame(bands))
-    report.save_figures(bands, out / "plots", s.name, f"{Path(s.pod_list).name}, {len(s.seeds)} seeds")
+    report.save_figures(bands, out / "plots", s.name, f"{Path(s.pod_list).name}, {len(s.seeds)} seeds", s.figure_from_x)
     return summary

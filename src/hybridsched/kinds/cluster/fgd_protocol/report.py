@@ -97,14 +97,17 @@ def headline(bands: dict[str, dict], fgd: str, packing: list[str], xs: list[int]
             "max_reduction_pct": at(int(tail[np.argmax(pct[tail])])), "max_gpus_saved": at(int(tail[np.argmax(gpus[tail])]))}
 
 
-def save_figures(bands: dict[str, dict], out_dir: Path, name: str, title: str) -> list[Path]:
-    """Unallocated GPU % and fragmentation % against x: median lines with 25-75 % bands."""
+def save_figures(bands: dict[str, dict], out_dir: Path, name: str, title: str, from_x: int = 0) -> list[Path]:
+    """Unallocated GPU % and fragmentation % against x (from ``from_x``): median lines with
+    25-75 % bands."""
     from hybridsched.plots import save_band_lines
 
     paths = []
     for m, ylabel, stem in (("unallocated_gpu_pct", "unallocated GPU (% of capacity)", "unallocated"),
                             ("frag_pct", "GPU fragmentation (% of capacity)", "frag")):
-        series = {p: (np.arange(len(b[m]["median"])), b[m]["median"], b[m]["q25"], b[m]["q75"]) for p, b in bands.items()}
+        cut = slice(from_x, None)
+        series = {p: (np.arange(len(b[m]["median"]))[cut], b[m]["median"][cut], b[m]["q25"][cut], b[m]["q75"][cut])
+                  for p, b in bands.items()}
         paths.append(save_band_lines(series, out_dir / f"{name}_{stem}.png",
                                      xlabel="arrived GPU requests (% of cluster GPU capacity)", ylabel=ylabel,
                                      title=f"{title}: {ylabel.split(' (')[0]}"))
