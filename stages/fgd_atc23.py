@@ -11,8 +11,11 @@ from stages.common import as_dict, run_stage
 
 def fgd_atc23(cfg: DictConfig) -> dict:
     """Every policy x seed of the protocol; metrics/fgd_atc23*.{json,csv,md}, plots/fgd_atc23_*."""
+    from hybridsched.errors import HybridschedError
     from hybridsched.kinds.cluster.fgd_protocol import run_experiment
 
+    if cfg.get("fgd") is None:
+        raise HybridschedError("no `fgd` settings: add `- fgd: default` to conf/config.yaml or pass +fgd=default")
     summary = run_experiment(as_dict(cfg.fgd), cfg.paths.metrics_dir)
     for row in summary["at"]:
         print(f"fgd_atc23: x = {row['x']:>3}%  fgd {row['fgd_unallocated_gpus']:7.1f} unallocated GPUs vs "
