@@ -43,13 +43,14 @@ def main() -> None:
     rows = []
     for name, spec in settings["policies"].items():
         secs, n_pods = [], []
-        for seed in range(-1, args.seeds):  # seed -1: warm-up (numba compile or cache load), not timed
+        for rep in range(args.seeds + 1):  # rep 0: warm-up on 200 pods (numba compile or cache load), not timed
+            seed = max(rep - 1, 0)
             policy = instantiate(spec)
             policy.fit(pods)
             order = arrival_order(pods, cap, settings["inflation"], workload_rng(seed))
             t0 = time.perf_counter()
-            run_seed(policy, pods, cluster, order if seed >= 0 else order[:200], mix, run_rng(seed, name))
-            if seed >= 0:
+            run_seed(policy, pods, cluster, order if rep else order[:200], mix, run_rng(seed, name))
+            if rep:
                 secs.append(time.perf_counter() - t0)
                 n_pods.append(len(order))
         rows.append({"policy": name, "seeds": args.seeds, "pods_per_run": int(np.mean(n_pods)),
