@@ -229,8 +229,11 @@ def _mix_args(mix: TaskMix) -> tuple:
 
 class FragCache:
     """Per-node fragmentation statistics for one mix, refreshed only for nodes whose state
-    changed (``ClusterState.version``): between two placements one node changes, so scoring
-    every feasible node costs O(types) per candidate instead of O(GPUs x types)."""
+    changed (``ClusterState.version``), and FGD's scores per pod shape (CPU, GPUs, milli),
+    kept per node until that node changes: between two placements one node changes, so a
+    repeated shape costs O(changed nodes) instead of O(feasible nodes x types)."""
+
+    MAX_SHAPES = 256  # memoised pod shapes (a cap on memory: N floats per shape)
 
     def __init__(self, mix: TaskMix, n_nodes: int) -> None:
         self.mix = mix
@@ -239,6 +242,7 @@ class FragCache:
         self.lt = np.zeros((n_nodes, len(mix)))
         self.frag = np.zeros(n_nodes)
         self.version = np.full(n_nodes, -1, dtype=np.int64)
+        self._memo: dict[tuple[float, int, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def refresh(self, nodes: np.ndarray, free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray,
                 version: np.ndarray) -> None:
@@ -249,10 +253,23 @@ class FragCache:
             self.version[stale] = version[stale]
 
     def fgd(self, nodes: np.ndarray, free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray,
-            pod_cpu: float, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`fgd_scores` of ``nodes`` (rows of the state arrays; refreshed first by the caller)."""
-        return _fgd_from_stats(nodes, free, cpu_free, model, self.cnt, self.lt, self.frag, float(pod_cpu), int(k),
-                               float(p), *self.args)
+            version: np.ndarray, pod_cpu: float, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`fgd_scores` of ``nodes`` (rows of the state arrays, whose versions are ``version``)."""
+        key = (float(pod_cpu), int(k), float(p))
+        memo = self._memo.get(key)
+        if memo is None:
+            if len(self._memo) >= self.MAX_SHAPES:
+                self._memo.clear()
+            n = len(self.frag)
+            memo = self._memo[key] = (np.zeros(n), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
+        delta, gpu, seen = memo
+        stale = nodes[seen[nodes] != version[nodes]]
+        if len(stale):
+            self.refresh(stale, free, cpu_free, model, version)
+            delta[stale], gpu[stale] = _fgd_from_stats(stale, free, cpu_free, model, self.cnt, self.lt, self.frag,
+                                                       key[0], key[1], key[2], *self.args)
+            seen[stale] = version[stale]
+        return delta[nodes], gpu[nodes]
 
 
 def _stats(free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, mix: TaskMix) -> tuple:
@@ -277,4 +294,4 @@ def fgd_scores(free: np.ndarray, cpu_free: np.ndarray, model: np.ndarray, pod_cp
     the pod (``pod_cpu`` milli-CPU, ``k`` GPUs of ``p`` milli) is placed there, and for a
     GPU-sharing pod the GPU that gives it (-1 otherwise).  Every node must fit the pod."""
     cache, rows, free, cpu_free, model = _stats(free, cpu_free, model, mix)
-    return cache.fgd(rows, free, cpu_free, model, pod_cpu, k, p)
+    return cache.fgd(rows, free, cpu_free, model, np.zeros(len(rows), dtype=np.int64), pod_cpu, k, p)

@@ -253,8 +253,8 @@ class FragmentationGradientDescent(NodePolicy):
         if self._cache is None or self._cache[0] is not state:  # a new run: fresh statistics
             self._cache = (state, FragCache(self.mix, self.cluster.n_nodes))
         cache, model = self._cache[1], self.cluster.node_model
-        cache.refresh(nodes, state.gpu_free, state.cpu_free, model, state.version)
-        delta, gpu = cache.fgd(nodes, state.gpu_free, state.cpu_free, model, inp.cpu[i], int(inp.k[i]), inp.p[i])
+        delta, gpu = cache.fgd(nodes, state.gpu_free, state.cpu_free, model, state.version, inp.cpu[i],
+                               int(inp.k[i]), inp.p[i])
         self._cand = (nodes, gpu)
         return delta
 
