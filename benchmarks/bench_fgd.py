@@ -38,7 +38,8 @@ def main() -> None:
     settings = yaml.safe_load(Path(args.config).read_text())
     pods = read_pod_requests(settings["pod_list"], settings["zero_cpu_milli"])
     cluster = gpu_cluster(read_node_list(settings["node_list"]))
-    mix = typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, cluster.models, settings["coverage"])
+    mix = typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, cluster.models,
+                       settings["coverage"])
     cap = float(cluster.gpu_cap.sum())
     rows = []
     for name, spec in settings["policies"].items():

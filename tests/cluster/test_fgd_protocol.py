@@ -46,7 +46,8 @@ def pods_table(cpu, k, p, mem=None, spec=None) -> PodTable:
     n = len(cpu)
     return PodTable(task_id=np.arange(n), name=np.array([f"p{i}" for i in range(n)], dtype=object),
                     arrival=np.zeros(n), duration=np.full(n, 100.0), cpu_milli=np.asarray(cpu, float),
-                    memory_mib=np.asarray(mem if mem is not None else [1.0] * n, float), num_gpu=np.asarray(k, np.int64),
+                    memory_mib=np.asarray(mem if mem is not None else [1.0] * n, float),
+                    num_gpu=np.asarray(k, np.int64),
                     gpu_milli=np.asarray(p, float), qos=np.full(n, "", dtype=object),
                     gpu_spec=np.array(spec or [""] * n, dtype=object), trace_wait=np.full(n, np.nan))
 
@@ -338,7 +339,8 @@ def test_read_pod_requests_keeps_every_phase_and_counts_cpu_zero_as_100(tmp_path
     f = tmp_path / "pods.csv"
     f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
                  "scheduled_time\n"
-                 "a,0,10,1,500,,LS,Pending,5,,\nb,2000,10,0,0,,BE,Failed,1,2,\nc,1000,10,2,1000,V100M32|V100M16,LS,Running,0,9,1\n")
+                 "a,0,10,1,500,,LS,Pending,5,,\nb,2000,10,0,0,,BE,Failed,1,2,\n"
+                 "c,1000,10,2,1000,V100M32|V100M16,LS,Running,0,9,1\n")
     pods = read_pod_requests(f)
     assert pods.name.tolist() == ["a", "b", "c"] and pods.cpu_milli.tolist() == [100, 2000, 1000]
     assert pods.gpu_spec[2] == "V100M16|V100M32"

@@ -64,18 +64,20 @@ class FgdSettings:
         if missing:
             raise HybridschedError(f"fgd.{missing[0]}: missing")
         s = cls(**d)
-        s.seeds, s.report_x, s.table_x = [int(v) for v in s.seeds], [int(v) for v in s.report_x], [int(v) for v in s.table_x]
+        s.seeds, s.report_x, s.table_x = ([int(v) for v in s.seeds], [int(v) for v in s.report_x],
+                                          [int(v) for v in s.table_x])
         s.policies = {str(k): dict(v) for k, v in s.policies.items()}
         last = int(np.floor(s.inflation * 100 + 1e-9))
+        xs = [*s.report_x, *s.table_x, s.headline_from_x, s.figure_from_x]
         checks = [
-            (len(s.seeds) > 0 and len(set(s.seeds)) == len(s.seeds), "seeds", s.seeds, "a non-empty list of distinct seeds"),
+            (len(s.seeds) > 0 and len(set(s.seeds)) == len(s.seeds), "seeds", s.seeds,
+             "a non-empty list of distinct seeds"),
             (s.inflation > 0, "inflation", s.inflation, "> 0"),
             (0 < s.coverage <= 1, "coverage", s.coverage, "in (0, 1]"),
             (s.zero_cpu_milli > 0, "zero_cpu_milli", s.zero_cpu_milli, "> 0"),
             (s.workers >= 1, "workers", s.workers, ">= 1"),
-            (all(0 <= x <= last for x in [*s.report_x, *s.table_x, s.headline_from_x, s.figure_from_x]),
-             "report_x/table_x/headline_from_x/figure_from_x", sorted({*s.report_x, *s.table_x, s.headline_from_x,
-                                                                      s.figure_from_x}), f"within [0, {last}] (100 x inflation)"),
+            (all(0 <= x <= last for x in xs), "report_x/table_x/headline_from_x/figure_from_x", sorted(set(xs)),
+             f"within [0, {last}] (100 x inflation)"),
             (s.fgd_policy in s.policies, "fgd_policy", s.fgd_policy, f"one of the policies {sorted(s.policies)}"),
             (len(s.packing) > 0 and set(s.packing) <= set(s.policies), "packing", s.packing,
              f"a non-empty subset of the policies {sorted(s.policies)}"),

@@ -55,7 +55,8 @@ def table(bands: dict[str, dict], xs: list[int], capacity_gpus: float) -> pd.Dat
             for m in MEASURES:
                 for s in STATS:
                     row[f"{m}_{s}"] = round(float(b[m][s][x]), 3)
-            row["unallocated_gpus_median"] = round(float(b["unallocated_gpu_pct"]["median"][x]) / 100 * capacity_gpus, 1)
+            med = float(b["unallocated_gpu_pct"]["median"][x])
+            row["unallocated_gpus_median"] = round(med / 100 * capacity_gpus, 1)
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -88,13 +89,15 @@ def headline(bands: dict[str, dict], fgd: str, packing: list[str], xs: list[int]
     pct = np.divide(best - med[fgd], best, out=np.zeros_like(best), where=best > 0) * 100
 
     def at(x: int) -> dict[str, Any]:
-        return {"x": int(x), "best_packing": best_name[x], "best_packing_unallocated_gpus": round(float(best[x]) / 100 * capacity_gpus, 1),
+        return {"x": int(x), "best_packing": best_name[x],
+                "best_packing_unallocated_gpus": round(float(best[x]) / 100 * capacity_gpus, 1),
                 "fgd_unallocated_gpus": round(float(med[fgd][x]) / 100 * capacity_gpus, 1),
                 "gpus_saved": round(float(gpus[x]), 1), "reduction_pct": round(float(pct[x]), 2)}
 
     tail = np.arange(from_x, len(best))
     return {"capacity_gpus": capacity_gpus, "fgd": fgd, "packing": packing, "at": [at(x) for x in xs],
-            "max_reduction_pct": at(int(tail[np.argmax(pct[tail])])), "max_gpus_saved": at(int(tail[np.argmax(gpus[tail])]))}
+            "max_reduction_pct": at(int(tail[np.argmax(pct[tail])])),
+            "max_gpus_saved": at(int(tail[np.argmax(gpus[tail])]))}
 
 
 def save_figures(bands: dict[str, dict], out_dir: Path, name: str, title: str, from_x: int = 0) -> list[Path]:
@@ -119,5 +122,6 @@ def curves_frame(bands: dict[str, dict]) -> pd.DataFrame:
     rows = []
     for p, b in bands.items():
         for x in range(len(b[MEASURES[0]]["median"])):
-            rows.append({"policy": p, "x": x, **{f"{m}_{s}": round(float(b[m][s][x]), 4) for m in MEASURES for s in STATS}})
+            stats = {f"{m}_{s}": round(float(b[m][s][x]), 4) for m in MEASURES for s in STATS}
+            rows.append({"policy": p, "x": x, **stats})
     return pd.DataFrame(rows)
