@@ -4,6 +4,7 @@ input as a one-line error."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,10 @@ def apply_tuned(cfg: DictConfig) -> None:
         raise HybridschedError(f"{path}: does not fit the config ({str(e).splitlines()[0]})") from None
 
 
-def run_stage(stage: str, cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any:
-    """Look the workload's kind up in the registry and call its ``stage`` function; bad input
-    ends the process with ``error: ...`` and exit code 1.
+def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any:
+    """Look the workload's kind up in the registry and call its ``stage`` function (or call
+    ``stage(run)`` itself, for a stage outside the kind interface); bad input ends the process
+    with ``error: ...`` and exit code 1.
 
     Under multirun, the ``paths`` entries named in ``outputs`` move into the job's folder (so
     jobs never overwrite the DVC outputs or each other), the kind builds its inputs in memory,
@@ -69,7 +71,7 @@ def run_stage(stage: str, cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any
     try:
         apply_tuned(cfg)
         run = Run(cfg=as_dict(cfg), in_memory=job is not None, policy=cfg.get("policy"))
-        result = getattr(get_kind(run.kind), stage)(run)
+        result = stage(run) if callable(stage) else getattr(get_kind(run.kind), stage)(run)
     except HybridschedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -81,3 +81,17 @@ def save_step_lines(series: dict[str, tuple[np.ndarray, np.ndarray]], path: Path
     ax.set(xlabel="time since first arrival (s)", ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def save_band_lines(series: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], path: Path,
+                    xlabel: str, ylabel: str, title: str) -> Path:
+    """One median line per name with its shaded band: ``series[name] = (x, median, lo, hi)``."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for name, (x, med, lo, hi) in series.items():
+        (line,) = ax.plot(x, med, label=name, lw=1.4)
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, Path(path))

@@ -20,6 +20,12 @@ from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.cluster.speeds import SpeedTable, job_type_of
 
 CPU_MODEL = ""  # the "model" of nodes without GPUs
+POD_CLASSES = ("cpu_only", "gpu_sharing", "whole_gpu")
+
+
+def pod_class(k: int, p: float) -> int:
+    """Index into POD_CLASSES of a pod with ``k`` GPUs of ``p`` milli each."""
+    return 0 if k == 0 else (1 if k == 1 and p < MILLI else 2)
 
 
 @dataclass
@@ -30,11 +36,11 @@ class NodeCluster:
     models: tuple[str, ...]  # distinct GPU models, CPU_MODEL last
     node_model: np.ndarray  # (N,) index into models
     gpu_cap: np.ndarray  # (N, G) milli
-    speeds: SpeedTable
+    speeds: SpeedTable | None  # None: a placement-only cluster (no run times, e.g. fgd_protocol)
     power: Cluster  # its power constants and price (the same config keys as the single machine)
 
     @classmethod
-    def build(cls, nodes: NodeTable, speeds: SpeedTable, power: Cluster | None = None) -> NodeCluster:
+    def build(cls, nodes: NodeTable, speeds: SpeedTable | None, power: Cluster | None = None) -> NodeCluster:
         gpu_models = sorted({str(m) for m in nodes.model if m != CPU_MODEL})
         models = (*gpu_models, CPU_MODEL)
         node_model = np.array([models.index(str(m)) for m in nodes.model], dtype=np.int64)
@@ -78,10 +84,7 @@ def run_inputs(tasks: PodTable, cluster: NodeCluster) -> RunInputs:
     """The arrays the engine and the policies read, with true run times per GPU model."""
     n = len(tasks)
     models = cluster.models
-    allowed = np.ones((n, len(models)), dtype=bool)
-    for r in np.flatnonzero(tasks.gpu_spec != ""):
-        want = set(str(tasks.gpu_spec[r]).split(GPU_SPEC_SEP))
-        allowed[r] = [m in want for m in models]
+    allowed = allowed_models(tasks.gpu_spec, models)
     jt = job_type_of(tasks.name, len(cluster.speeds.job_types))
     run_time = np.full((n, len(models)), np.inf)
     gpu_task = tasks.num_gpu > 0
@@ -94,6 +97,25 @@ def run_inputs(tasks: PodTable, cluster: NodeCluster) -> RunInputs:
     return RunInputs(tasks, tasks.arrival.astype(np.float64), tasks.cpu_milli.astype(np.float64),
                      tasks.memory_mib.astype(np.float64), tasks.num_gpu.astype(np.int64),
                      tasks.gpu_milli.astype(np.float64), allowed, jt, run_time)
+
+
+def allowed_models(gpu_spec: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
+    """(n, len(models)) bool: pod ``r``'s ``gpu_spec`` allows model ``j`` (empty spec: every model)."""
+    allowed = np.ones((len(gpu_spec), len(models)), dtype=bool)
+    for r in np.flatnonzero(gpu_spec != ""):
+        want = set(str(gpu_spec[r]).split(GPU_SPEC_SEP))
+        allowed[r] = [m in want for m in models]
+    return allowed
+
+
+def placement_inputs(tasks: PodTable, cluster: NodeCluster) -> RunInputs:
+    """The arrays placement reads (resources, allowed models) for pods that never finish:
+    no job types (0) and no run times (NaN); for the paper's fragmentation protocol."""
+    n = len(tasks)
+    return RunInputs(tasks, tasks.arrival.astype(np.float64), tasks.cpu_milli.astype(np.float64),
+                     tasks.memory_mib.astype(np.float64), tasks.num_gpu.astype(np.int64),
+                     tasks.gpu_milli.astype(np.float64), allowed_models(tasks.gpu_spec, cluster.models),
+                     np.zeros(n, dtype=np.int64), np.full((n, len(cluster.models)), np.nan))
 
 
 def fits_empty(inp: RunInputs, cluster: NodeCluster) -> np.ndarray:

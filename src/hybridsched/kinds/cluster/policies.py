@@ -3,13 +3,21 @@
 One small interface (the engine calls nothing else):
 
 * ``fit(train)``: learn from the training split (estimates, task mix); default no-op;
-* ``prepare(inp, cluster)``: batched work before a run;
+* ``prepare(inp, cluster)``: batched work before a run (calls ``bind``);
 * ``queue_key()``: per task, the order of the waiting queue (lower first; None = arrival);
 * ``choose(i, nodes, state)``: the position in ``nodes`` (feasible nodes, increasing index)
   of the node task ``i`` goes to;
 * ``gpus(i, node, state)``: which GPUs of that node (None = best fit: the GPUs with the least
-  free capacity that still hold the task);
+  free capacity that still hold the task; for whole GPUs the lowest-index idle ones);
 * ``finish(state)``: end of a run.
+
+The scoring policies also expose the two pieces the paper's fragmentation protocol
+(``fgd_protocol.py``) runs them by, so both protocols share one implementation:
+
+* ``bind(inp, cluster, rng)``: what scoring reads (no run times needed);
+* ``score(i, nodes, state)``: one score per feasible node, lower preferred.  The time-driven
+  ``choose`` takes the first minimum (after a policy's own tie-break key, if any); the
+  protocol draws uniformly among the minima.
 
 What a policy may read: the task's pod fields (resources, qos, gpu_spec), the clock, free
 resources, the GPU models' mean speeds (``NodeCluster.model_speed``).  Only the oracle reads
@@ -24,10 +32,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybridsched.kinds.cluster.trace import MILLI, PodTable
-from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs
 from hybridsched.kinds.cluster.engine import ClusterState
-from hybridsched.kinds.cluster.fragmentation import node_fragmentation, task_mix
+from hybridsched.kinds.cluster.fragmentation import FragCache, TaskMix, gpu_task_mix, typical_pods
+from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, pod_class
+from hybridsched.kinds.cluster.trace import MILLI, PodTable
+
+# DotProd's normalisation: the largest node of the trace (128 cores, 8 GPUs)
+DOT_CPU_MILLI = 128_000.0
+DOT_GPU_MILLI = 8_000.0
 
 
 class NodePolicy:
@@ -38,17 +50,27 @@ class NodePolicy:
     def fit(self, train: PodTable) -> None:
         """Learn from the training split (default: nothing to learn)."""
 
-    def prepare(self, inp: RunInputs, cluster: NodeCluster) -> None:
+    def bind(self, inp: RunInputs, cluster: NodeCluster, rng: np.random.Generator | None = None) -> None:
+        """What scoring reads: the pods' arrays, the cluster, and a random generator (default:
+        seeded with the policy's ``seed``, 0 if it has none)."""
         self.inp = inp
         self.cluster = cluster
         self.has_gpu = cluster.nodes.n_gpu > 0
+        self.rng = rng if rng is not None else np.random.default_rng(getattr(self, "seed", 0))
+
+    def prepare(self, inp: RunInputs, cluster: NodeCluster) -> None:
+        self.bind(inp, cluster)
         self.speed = cluster.model_speed()[cluster.node_model]  # mean speed of each node's GPU model
 
     def queue_key(self) -> np.ndarray | None:
         return None
 
+    def score(self, i: int, nodes: np.ndarray, state: ClusterState) -> np.ndarray:
+        """Score of each feasible node for task ``i``, lower preferred (base: all alike)."""
+        return np.zeros(len(nodes))
+
     def choose(self, i: int, nodes: np.ndarray, state: ClusterState) -> int:
-        return 0
+        return _first_min(self.score(i, nodes, state))
 
     def gpus(self, i: int, node: int, state: ClusterState) -> np.ndarray | None:
         return None
@@ -89,19 +111,22 @@ class RoundRobin(NodePolicy):
 
 
 class Random(NodePolicy):
-    """A uniformly random feasible node (seeded)."""
+    """A uniformly random feasible node (seeded); with ``random_gpus`` also random fitting GPUs
+    within it (the paper's Random), else the best-fit GPUs."""
 
     name = "random"
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, random_gpus: bool = False) -> None:
         self.seed = seed
-
-    def prepare(self, inp, cluster) -> None:
-        super().prepare(inp, cluster)
-        self._rng = np.random.default_rng(self.seed)
+        self.random_gpus = random_gpus
 
     def choose(self, i, nodes, state) -> int:
-        return int(self._rng.integers(len(nodes)))
+        return int(self.rng.integers(len(nodes)))
+
+    def gpus(self, i, node, state):
+        if not self.random_gpus:
+            return None
+        return random_gpus(state.gpu_free[node], int(self.inp.k[i]), self.inp.p[i], self.rng)
 
 
 class Greedy(NodePolicy):
@@ -110,77 +135,148 @@ class Greedy(NodePolicy):
 
     name = "greedy"
 
-    def choose(self, i, nodes, state) -> int:
+    def score(self, i, nodes, state) -> np.ndarray:
         if self.inp.k[i] > 0:
             cap = self.cluster.gpu_cap[nodes].sum(axis=1)
-            load = 1.0 - np.clip(state.gpu_free[nodes], 0, None).sum(axis=1) / cap
-        else:
-            load = 1.0 - state.cpu_free[nodes] / self.cluster.nodes.cpu_milli[nodes]
-        return _first_min(load)
+            return 1.0 - np.clip(state.gpu_free[nodes], 0, None).sum(axis=1) / cap
+        return 1.0 - state.cpu_free[nodes] / self.cluster.nodes.cpu_milli[nodes]
 
 
 class BestFit(NodePolicy):
-    """Packing: the feasible node (and GPUs) left with the least free capacity."""
+    """Packing, GPU first: the feasible node (and GPUs) left with the least free GPU milli
+    (CPU-only tasks: nodes without GPUs first, then least free CPU); see :meth:`left_after`."""
 
     name = "best_fit"
 
-    def choose(self, i, nodes, state) -> int:
-        return _first_min(self.left_after(i, nodes, state))
+    def score(self, i, nodes, state) -> np.ndarray:
+        return self.left_after(i, nodes, state)
+
+
+class BestFitNormalized(NodePolicy):
+    """The paper's BestFit: least free capacity left after placing, over [CPU, total GPU milli]
+    with equal weights, each min-max normalised across the feasible nodes."""
+
+    name = "best_fit_normalized"
+
+    def score(self, i, nodes, state) -> np.ndarray:
+        inp = self.inp
+        cpu_left = state.cpu_free[nodes] - inp.cpu[i]
+        gpu_left = np.clip(state.gpu_free[nodes], 0, None).sum(axis=1) - inp.k[i] * inp.p[i]
+        return _minmax(cpu_left) + _minmax(gpu_left)
+
+
+class DotProd(NodePolicy):
+    """The paper's DotProd (Tetris-like): the node whose free [CPU, GPU milli] vector has the
+    smallest dot product with the task's request, both scaled by the largest node (128 cores,
+    8 GPUs); the simulator's score 1 - dot/2 is highest there."""
+
+    name = "dot_prod"
+
+    def score(self, i, nodes, state) -> np.ndarray:
+        inp = self.inp
+        free_gpu = np.clip(state.gpu_free[nodes], 0, None).sum(axis=1)
+        return (state.cpu_free[nodes] / DOT_CPU_MILLI * (inp.cpu[i] / DOT_CPU_MILLI)
+                + free_gpu / DOT_GPU_MILLI * (inp.k[i] * inp.p[i] / DOT_GPU_MILLI))
+
+
+class GpuClustering(NodePolicy):
+    """The paper's GpuClustering: nodes that already hold tasks of the same class (GPU-sharing,
+    whole-GPU, CPU-only; ``nodes.POD_CLASSES``) first, then the most allocated GPU share."""
+
+    name = "gpu_clustering"
+
+    def score(self, i, nodes, state) -> np.ndarray:
+        same = state.n_class[nodes, pod_class(int(self.inp.k[i]), self.inp.p[i])] > 0
+        cap = self.cluster.gpu_cap[nodes].sum(axis=1)
+        free = np.clip(state.gpu_free[nodes], 0, None).sum(axis=1)
+        allocated = np.divide(cap - free, cap, out=np.zeros(len(nodes)), where=cap > 0)
+        return np.where(same, 0.0, 2.0) + (1.0 - allocated)
+
+
+class GpuPacking(NodePolicy):
+    """The paper's GpuPacking: nodes whose GPUs are partly allocated first, idle nodes last;
+    within a tier the tightest fit (a GPU-sharing task: the least milli left on the GPU it takes;
+    other tasks: the least GPU milli left on the node)."""
+
+    name = "gpu_packing"
+
+    def score(self, i, nodes, state) -> np.ndarray:
+        inp = self.inp
+        free = state.gpu_free[nodes]
+        idle = ~np.any((free >= 0) & (free < self.cluster.gpu_cap[nodes]), axis=1)
+        if inp.k[i] == 1 and inp.p[i] < MILLI:
+            left = np.where(free >= inp.p[i], free - inp.p[i], np.inf).min(axis=1)
+        else:
+            left = np.clip(free, 0, None).sum(axis=1) - inp.k[i] * inp.p[i]
+        return idle * PACKING_TIER + left
+
+
+PACKING_TIER = 1e6  # above any node's GPU milli (64 GPUs at most): idle nodes always rank last
 
 
 class FragmentationGradientDescent(NodePolicy):
     """FGD (Weng et al., ATC 2023): place each task where it increases the expected GPU
-    fragmentation of the cluster least.
+    fragmentation of the cluster least (``fragmentation.fgd_scores``); a GPU-sharing task takes
+    the GPU that achieves it.  The task mix comes from ``fit``'s pods:
 
-    A node's fragmentation for a task type ``m = (k GPUs of p milli)`` is the free GPU milli
-    that ``m`` cannot use: all of it if fewer than ``k`` GPUs have ``p`` free, else the free
-    milli of the GPUs with less than ``p`` free.  Its expected fragmentation weights the types
-    by their popularity in the training split (GPU tasks only; CPU and memory are left out of
-    the measure).  For a GPU-sharing task every (node, GPU) pair is a candidate; ties and
-    CPU-only tasks go best-fit."""
+    * ``coverage: null`` (the time-driven default): every distinct ``(k, p)`` of the GPU tasks,
+      no CPU or model condition; ties (and CPU-only tasks, which change nothing then) go best fit;
+    * ``coverage: 0.95`` (the paper): the typical pods, the most frequent (CPU, GPU milli, GPU
+      count, GPU model) shapes covering that share of the pods, CPU-only ones included."""
 
     name = "fgd"
 
-    def fit(self, train: PodTable) -> None:
-        self.types, self.popularity = task_mix(train.num_gpu, train.gpu_milli)
+    def __init__(self, coverage: float | None = None) -> None:
+        if coverage is not None and not 0 < coverage <= 1:
+            raise ValueError(f"fgd coverage must be in (0, 1] or null, got {coverage}")
+        self.coverage = coverage
+        self._mix_pods: PodTable | None = None
 
-    def prepare(self, inp, cluster) -> None:
-        super().prepare(inp, cluster)
-        if not hasattr(self, "types"):  # not fitted: the run's own mix (tests)
-            self.types, self.popularity = task_mix(inp.k, inp.p)
-        self._gpu_choice: np.ndarray | None = None
+    def fit(self, train: PodTable) -> None:
+        self._mix_pods = train  # the mix needs the cluster's models: built in bind
+
+    def bind(self, inp, cluster, rng=None) -> None:
+        super().bind(inp, cluster, rng)
+        pods = inp.tasks if self._mix_pods is None else self._mix_pods  # not fitted: the run's own mix
+        self.mix = self.task_mix(pods, cluster.models)
+        self._cand: tuple[np.ndarray, np.ndarray] | None = None
+        self._cache: tuple[ClusterState, FragCache] | None = None
+
+    def task_mix(self, pods: PodTable, models: tuple[str, ...]) -> TaskMix:
+        """The mix this FGD measures fragmentation with (see the class docstring)."""
+        if self.coverage is None:
+            return gpu_task_mix(pods.num_gpu, pods.gpu_milli, len(models))
+        return typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, models, self.coverage)
+
+    def score(self, i, nodes, state) -> np.ndarray:
+        inp = self.inp
+        if self._cache is None or self._cache[0] is not state:  # a new run: fresh statistics
+            self._cache = (state, FragCache(self.mix, self.cluster.n_nodes))
+        cache, model = self._cache[1], self.cluster.node_model
+        delta, gpu = cache.fgd(nodes, state.gpu_free, state.cpu_free, model, state.version, inp.cpu[i],
+                               int(inp.k[i]), inp.p[i])
+        self._cand = (nodes, gpu)
+        return delta
 
     def choose(self, i, nodes, state) -> int:
-        inp = self.inp
-        self._gpu_choice = None
-        if inp.k[i] == 0 or not len(self.types):
-            return _first_min(self.left_after(i, nodes, state))
-        free = state.gpu_free[nodes]  # (C, G)
-        if inp.k[i] == 1 and inp.p[i] < MILLI:
-            # one candidate per (node, GPU that holds the share)
-            cn, cg = np.nonzero(free >= inp.p[i])
-            after = free[cn].copy()
-            after[np.arange(len(cn)), cg] -= inp.p[i]
-        else:
-            cn = np.arange(len(nodes))
-            cg = None
-            after = free.copy()
-            for c, nd in enumerate(nodes):
-                after[c, _best_fit_row(free[c], int(inp.k[i]), inp.p[i])] -= inp.p[i]
-        delta = node_fragmentation(after, self.types, self.popularity) - node_fragmentation(free[cn], self.types,
-                                                                                           self.popularity)
-        best = _first_min(delta, self.left_after(i, nodes, state)[cn])
-        if cg is not None:
-            self._gpu_choice = np.array([cg[best]])
-        return int(cn[best])
+        return _first_min(self.score(i, nodes, state), self.left_after(i, nodes, state))
 
     def gpus(self, i, node, state):
-        return self._gpu_choice
+        nodes, gpu = self._cand
+        g = int(gpu[np.searchsorted(nodes, node)])
+        return None if g < 0 else np.array([g])
 
 
-def _best_fit_row(free: np.ndarray, k: int, p: float) -> np.ndarray:
+def random_gpus(free: np.ndarray, k: int, p: float, rng: np.random.Generator) -> np.ndarray:
+    """``k`` GPUs drawn uniformly among those of a node (free milli ``free``) that hold ``p``."""
     ok = np.flatnonzero(free >= p)
-    return ok[np.argsort(free[ok], kind="stable")[:k]]
+    return np.sort(rng.choice(ok, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
+
+
+def _minmax(v: np.ndarray) -> np.ndarray:
+    """``v`` scaled to [0, 1] across its entries (all equal: zeros)."""
+    lo, hi = v.min(), v.max()
+    return (v - lo) / (hi - lo) if hi > lo else np.zeros(len(v))
 
 
 class EstimatePolicy(NodePolicy):

@@ -195,16 +195,7 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
     report.duplicate_names = sorted({str(x) for x in names[dup]})[:N_EXAMPLES]
     keep &= ~dup
 
-    cpu = _numeric(raw, "cpu_milli", src, names, required=True)
-    mem = _numeric(raw, "memory_mib", src, names, required=True)
-    ngpu = _numeric(raw, "num_gpu", src, names, required=True)
-    milli = _numeric(raw, "gpu_milli", src, names, required=True)
-    _range(cpu > 0, "cpu_milli", "must be > 0", raw, src, names)
-    _range(mem >= 0, "memory_mib", "must be >= 0", raw, src, names)
-    _range((ngpu >= 0) & (ngpu == np.round(ngpu)), "num_gpu", "must be a whole number >= 0", raw, src, names)
-    _range((ngpu == 0) | ((milli > 0) & (milli <= MILLI)), "gpu_milli",
-           f"must be in (0, {MILLI}] when num_gpu > 0", raw, src, names)
-    _range((ngpu != 0) | (milli == 0), "gpu_milli", "must be 0 when num_gpu = 0", raw, src, names)
+    cpu, mem, ngpu, milli = _pod_resources(raw, src, names, zero_cpu_ok=False)
 
     qos = _text(raw, "qos")
     phase = _text(raw, "pod_phase")
@@ -276,6 +267,24 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
     return pods, report
 
 
+def read_pod_requests(path: str | Path, zero_cpu_milli: float = 100.0) -> PodTable:
+    """Every row of a pod list as a request, whatever its phase or times (the paper's packing
+    protocol): file order, arrival 0, no duration; a CPU request of 0 becomes
+    ``zero_cpu_milli`` (Kubernetes' default request).  Bad values raise as in :func:`read_pod_trace`."""
+    p = Path(path)
+    raw = _read_csv(p, POD_RESOURCE_COLUMNS, "pod list")
+    src = str(p)
+    names = raw["name"].to_numpy(dtype=object)
+    cpu, mem, ngpu, milli = _pod_resources(raw, src, names, zero_cpu_ok=True)
+    n = len(raw)
+    return PodTable(
+        task_id=np.arange(n, dtype=np.int64), name=names.astype(str).astype(object), arrival=np.zeros(n),
+        duration=np.full(n, np.nan), cpu_milli=np.where(cpu == 0, float(zero_cpu_milli), cpu), memory_mib=mem,
+        num_gpu=ngpu.astype(np.int64), gpu_milli=milli, qos=_text(raw, "qos"),
+        gpu_spec=np.array([_norm_spec(s) for s in _text(raw, "gpu_spec")], dtype=object),
+        trace_wait=np.full(n, np.nan))
+
+
 def task_kinds(pods: PodTable) -> dict[str, int]:
     """Counts of CPU-only, GPU-sharing, one-whole-GPU and multi-GPU pods."""
     share = (pods.num_gpu == 1) & (pods.gpu_milli < MILLI)
@@ -339,6 +348,25 @@ def _short_rows(p: Path, n_fields: int) -> list[tuple[int, int, int]]:
                 out.append((row, reader.line_num, len(fields)))
             row += 1
     return out
+
+
+def _pod_resources(raw: pd.DataFrame, src: str, names: np.ndarray,
+                   zero_cpu_ok: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The checked resource columns ``(cpu_milli, memory_mib, num_gpu, gpu_milli)``."""
+    cpu = _numeric(raw, "cpu_milli", src, names, required=True)
+    mem = _numeric(raw, "memory_mib", src, names, required=True)
+    ngpu = _numeric(raw, "num_gpu", src, names, required=True)
+    milli = _numeric(raw, "gpu_milli", src, names, required=True)
+    if zero_cpu_ok:
+        _range(cpu >= 0, "cpu_milli", "must be >= 0", raw, src, names)
+    else:
+        _range(cpu > 0, "cpu_milli", "must be > 0", raw, src, names)
+    _range(mem >= 0, "memory_mib", "must be >= 0", raw, src, names)
+    _range((ngpu >= 0) & (ngpu == np.round(ngpu)), "num_gpu", "must be a whole number >= 0", raw, src, names)
+    _range((ngpu == 0) | ((milli > 0) & (milli <= MILLI)), "gpu_milli",
+           f"must be in (0, {MILLI}] when num_gpu > 0", raw, src, names)
+    _range((ngpu != 0) | (milli == 0), "gpu_milli", "must be 0 when num_gpu = 0", raw, src, names)
+    return cpu, mem, ngpu, milli
 
 
 def _numeric(raw: pd.DataFrame, col: str, src: str, names: np.ndarray, required: bool = False) -> np.ndarray:

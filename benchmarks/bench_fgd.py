@@ -1,0 +1,76 @@
+"""Speed of the FGD paper's fragmentation protocol: pods/s per policy on the real trace (1,213
+GPU nodes, ~10,800 pods after inflation to 130 %), and the whole experiment's time.
+
+Run: `python -m benchmarks.bench_fgd [--seeds 1] [--full]`.  Target: the whole experiment
+(6 policies x 10 seeds) in under 300 s on 2 cores (2 worker processes).  Without ``--full`` the
+whole experiment's time is estimated as (sum over policies of one seed's time) x 10 / 2;
+``--full`` runs it (conf/fgd/default.yaml, outputs in a temp folder) and reports its wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from benchmarks.common import report
+from hybridsched.kinds.base import instantiate
+from hybridsched.kinds.cluster.fgd_protocol import run_experiment
+from hybridsched.kinds.cluster.fgd_protocol.protocol import arrival_order, gpu_cluster, run_rng, run_seed, workload_rng
+from hybridsched.kinds.cluster.fragmentation import typical_pods
+from hybridsched.kinds.cluster.trace import read_node_list, read_pod_requests
+
+TARGET_S = 300.0
+FULL_SEEDS = 10
+WORKERS = 2
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seeds", type=int, default=1, help="seeds timed per policy")
+    ap.add_argument("--full", action="store_true", help="also run the whole experiment and time it")
+    ap.add_argument("--config", default="conf/fgd/default.yaml")
+    args = ap.parse_args()
+    settings = yaml.safe_load(Path(args.config).read_text())
+    pods = read_pod_requests(settings["pod_list"], settings["zero_cpu_milli"])
+    cluster = gpu_cluster(read_node_list(settings["node_list"]))
+    mix = typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, cluster.models,
+                       settings["coverage"])
+    cap = float(cluster.gpu_cap.sum())
+    rows = []
+    for name, spec in settings["policies"].items():
+        secs, n_pods = [], []
+        for rep in range(args.seeds + 1):  # rep 0: warm-up on 200 pods (numba compile or cache load), not timed
+            seed = max(rep - 1, 0)
+            policy = instantiate(spec)
+            policy.fit(pods)
+            order = arrival_order(pods, cap, settings["inflation"], workload_rng(seed))
+            t0 = time.perf_counter()
+            run_seed(policy, pods, cluster, order if rep else order[:200], mix, run_rng(seed, name))
+            if rep:
+                secs.append(time.perf_counter() - t0)
+                n_pods.append(len(order))
+        rows.append({"policy": name, "seeds": args.seeds, "pods_per_run": int(np.mean(n_pods)),
+                     "seconds_per_run": round(float(np.mean(secs)), 3), "pods_per_s": round(sum(n_pods) / sum(secs))})
+    estimate = sum(r["seconds_per_run"] for r in rows) * FULL_SEEDS / WORKERS
+    notes = {"target_s": TARGET_S, "estimated_full_s": round(estimate, 1), "nodes": cluster.n_nodes,
+             "estimate_met": estimate < TARGET_S}
+    if args.full:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            run_experiment({**settings, "workers": WORKERS, "seeds": list(range(FULL_SEEDS))}, tmp)
+            notes["full_s"] = round(time.perf_counter() - t0, 1)
+        notes["full_met"] = notes["full_s"] < TARGET_S
+    report("bench_fgd", rows, notes)
+    verdict = notes.get("full_met", notes["estimate_met"])
+    shown = notes.get("full_s", notes["estimated_full_s"])
+    print(f"whole experiment ({FULL_SEEDS} seeds, {WORKERS} workers): {shown} s "
+          f"({'measured' if args.full else 'estimated'}); target < {TARGET_S:.0f} s: {'met' if verdict else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
