@@ -321,7 +321,7 @@ def test_buckets_average_events_and_carry_the_state_over_empty_buckets():
 def test_the_new_policies_run_in_the_time_driven_engine(name):
     from hybridsched.kinds.cluster.speeds import speed_table
 
-    spec = yaml.safe_load((ROOT / "conf" / "policy" / "cluster" / f"{name}.yaml").read_text())
+    spec = yaml.safe_load((ROOT / "conf" / "policies" / "cluster" / f"{name}.yaml").read_text())
     policy = instantiate(spec)
     nodes = nodes_table([32000, 32000, 64000], [2, 4, 1])
     cluster = NodeCluster.build(nodes, speed_table(GAVEL, ["T4"], reference="T4"))

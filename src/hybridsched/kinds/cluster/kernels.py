@@ -110,28 +110,6 @@ def _choose_table(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, 
 
 
 @njit(cache=True)
-def _frag(row, types_k, types_p, weights):
-    """sum_m weights[m] * (fragmented milli of a node with free GPUs ``row`` for type m); integer
-    weights keep it exact, so equal fragmentations compare equal."""
-    total = 0.0
-    for g in range(row.shape[0]):
-        if row[g] > 0:
-            total += row[g]
-    out = 0
-    for m in range(types_k.shape[0]):
-        cnt = 0
-        stranded = 0.0
-        for g in range(row.shape[0]):
-            if row[g] >= types_p[m]:
-                cnt += 1
-            elif row[g] > 0:
-                stranded += row[g]
-        fr = stranded if cnt >= types_k[m] else total
-        out += int(fr) * weights[m]
-    return out
-
-
-@njit(cache=True)
 def _best_fit_into(row, kk, pp, out):
     """The ``kk`` GPUs of ``row`` with the least free milli that still hold ``pp`` (stable ties:
     lower index first), written to ``out[:kk]`` in that order."""
@@ -144,44 +122,6 @@ def _best_fit_into(row, kk, pp, out):
                 bg, bv = g, row[g]
         used[bg] = True
         out[j] = bg
-
-
-@njit(cache=True)
-def _choose_fgd(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                table, types_k, types_p, weights, ints):
-    """FGD: least increase of weighted fragmentation, ties best fit; a GPU-share task picks a GPU."""
-    if k[i] == 0 or types_k.shape[0] == 0:
-        return _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli,
-                                node_model, table, types_k, types_p, weights, ints)
-    G = gpu_free.shape[1]
-    after = np.empty(G)
-    pick = np.empty(G, dtype=np.int64)
-    best_c, best_g = 0, -1
-    b1, b2 = 0, np.inf
-    first = True
-    share = k[i] == 1 and p[i] < MILLI
-    for c in range(nc):
-        nd = cand[c]
-        row = gpu_free[nd]
-        before = _frag(row, types_k, types_p, weights)
-        la = _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu)
-        if share:
-            for g in range(G):
-                if row[g] >= p[i]:
-                    after[:] = row
-                    after[g] -= p[i]
-                    d = _frag(after, types_k, types_p, weights) - before
-                    if first or d < b1 or (d == b1 and la < b2):
-                        best_c, best_g, b1, b2, first = c, g, d, la, False
-        else:
-            after[:] = row
-            _best_fit_into(row, k[i], p[i], pick)
-            for j in range(k[i]):
-                after[pick[j]] -= p[i]
-            d = _frag(after, types_k, types_p, weights) - before
-            if first or d < b1 or (d == b1 and la < b2):
-                best_c, best_g, b1, b2, first = c, -1, d, la, False
-    return best_c, best_g
 
 
 @njit(cache=True)
@@ -355,18 +295,6 @@ def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model
 # --- which policies have a kernel ------------------------------------------------------------
 
 
-def _integer_weights(popularity: np.ndarray) -> np.ndarray | None:
-    """Integers proportional to ``popularity`` (shares c_m / T), or None if T looks > 10^7."""
-    fr = [Fraction(float(x)).limit_denominator(10**7) for x in popularity]
-    den = 1
-    for f in fr:
-        den = lcm(den, f.denominator)
-    w = np.array([f.numerator * (den // f.denominator) for f in fr], dtype=np.int64)
-    if den > 10**7 or not np.allclose(w / den, popularity, rtol=1e-12, atol=0):
-        return None
-    return w
-
-
 def kernel_for(policy) -> tuple | None:
     """(choose kernel, table, types_k, types_p, weights) for a policy with a compiled choice, else None."""
     from hybridsched.kinds.cluster import policies as P
@@ -385,11 +313,6 @@ def kernel_for(policy) -> tuple | None:
         return (_choose_table, table, *none)
     if cls is P.Oracle:
         return (_choose_table, np.ascontiguousarray(policy.inp.run_time), *none)
-    if cls is P.FragmentationGradientDescent:
-        w = _integer_weights(policy.popularity) if len(policy.types) else np.zeros(0, dtype=np.int64)
-        if w is None:
-            return None
-        return (_choose_fgd, empty2, policy.types[:, 0].astype(np.int64), policy.types[:, 1].astype(np.float64), w)
     return None
 
 
