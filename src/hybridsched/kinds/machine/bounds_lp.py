@@ -83,7 +83,8 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
     delta = settings.delta or max(float(np.median(best_alone)) / 4.0, 1e-6)
     t0 = float(ready.min())
     work = np.minimum(cpu, (1.0 - m) * cpu + m * gpu)
-    horizon = 2.0 * (float(ready.max()) - t0) + float(work.sum()) / cluster.n_devices + float(best_alone.max())
+    # long enough for every task to finish even on one device, so overflow is never cheap
+    horizon = (float(ready.max()) - t0) + float(work.sum()) + float(best_alone.max())
     levels = min(settings.max_levels, max(1, int(np.ceil(np.log2(max(horizon / delta, 2.0))))))
     end = t0 + delta * 2.0**levels
 

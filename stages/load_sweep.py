@@ -1,0 +1,32 @@
+"""Stage: every policy's mean and P99 latency against offered load, with the solo and LP bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from hybridsched.kinds.machine.devices import cluster_from_config
+from hybridsched.kinds.machine.scenarios import SweepSettings, load_sweep, policy_factories, write_sweep
+from stages.common import as_dict, run_stage
+
+
+def sweep(cfg: DictConfig):  # -> pandas.DataFrame
+    """Write load_sweep.{csv,md,png} under ``load_sweep.out``; return the table."""
+    c = as_dict(cfg)
+    s = c["load_sweep"]
+    settings = SweepSettings(loads=tuple(s["loads"]), n_tasks=int(s["n_tasks"]), seed=int(s["seed"]), lp=bool(s["lp"]))
+    table = load_sweep(c["workload"], cluster_from_config(c["cluster"]), policy_factories(c, s.get("policies")), settings)
+    write_sweep(table, Path(s["out"]), title=f"workload {c['workload']['name']}, {settings.n_tasks} tasks per point")
+    return table
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    table = run_stage(sweep, cfg)
+    print(table.pivot_table(index="policy", columns="offered_load", values="mean_latency").round(3).to_string())
+
+
+if __name__ == "__main__":
+    main()
