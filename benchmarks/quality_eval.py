@@ -98,6 +98,7 @@ def main() -> None:
     ap.add_argument("--heldout-tasks", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=30, help="Optuna trials per heuristic")
     ap.add_argument("--dqn-episodes", type=int, default=None, help="default: dqn.episodes of the config")
+    ap.add_argument("--no-learned", action="store_true", help="heuristics and bounds only (no training)")
     ap.add_argument("--out", default="metrics/quality")
     args = ap.parse_args()
     out = Path(args.out)
@@ -110,7 +111,7 @@ def main() -> None:
         train, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         work = Path(tempfile.mkdtemp(prefix=f"quality-{wname}-"))
         tuned = tune_heuristics(cfg, train, cluster, args.trials, work)
-        learned = train_models(cfg, train, cluster, work, args.dqn_episodes)
+        learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
         pols = factories(cfg, tuned, learned)
         table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]))
         tables[wname], all_tuned[wname] = table.assign(workload=wname), tuned
@@ -119,7 +120,12 @@ def main() -> None:
         print(table[["policy", "mean_latency", "p99_latency", "vs_bound"]].round(3).to_string(index=False))
         if wname == "default":
             default_kit = (cfg, cluster, pols)
-    if args.heldout and default_kit is not None:
+    if args.heldout:
+        if default_kit is None:  # held-out draws without the default workload in this run: its tuned YAML weights
+            cfg = compose([])
+            cluster = cluster_from_config(cfg["cluster"])
+            yaml_tuned = {n: (lambda n=n: instantiate(cfg["policies"][n])) for n in cfg["tune"]["spaces"]}
+            default_kit = (cfg, cluster, {**factories(cfg, {}, {}), **yaml_tuned})
         cfg, cluster, pols = default_kit
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
             spec = WorkloadSpec(**{key: v for key, v in w.items() if key not in ("name", "offered_load")})
