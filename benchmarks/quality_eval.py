@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--heldout", type=int, default=5, help="held-out draws (0 = none)")
     ap.add_argument("--heldout-tasks", type=int, default=3000)
-    ap.add_argument("--trials", type=int, default=30, help="Optuna trials per heuristic")
+    ap.add_argument("--trials", type=int, default=30, help="Optuna trials per heuristic (0: the YAML weights)")
     ap.add_argument("--dqn-episodes", type=int, default=None, help="default: dqn.episodes of the config")
     ap.add_argument("--no-learned", action="store_true", help="heuristics and bounds only (no training)")
     ap.add_argument("--out", default="metrics/quality")
@@ -110,7 +110,9 @@ def main() -> None:
         cluster = cluster_from_config(cfg["cluster"])
         train, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         work = Path(tempfile.mkdtemp(prefix=f"quality-{wname}-"))
-        tuned = tune_heuristics(cfg, train, cluster, args.trials, work)
+        tuned = tune_heuristics(cfg, train, cluster, args.trials, work) if args.trials else {}
+        if not tuned:  # no tuning here: the weights in the YAMLs (tuned on the default workload)
+            tuned = {n: {"params": {}} for n in cfg["tune"]["spaces"]}
         learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
         pols = factories(cfg, tuned, learned)
         table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]))
