@@ -12,6 +12,10 @@ they relax those rules:
 
 ``C, G, L`` are the *actual* CPU time, GPU compute+transfer time and launch overhead of
 the run (nominal times times the realised noise); ``m_i`` the memory-feasible max fraction.
+
+These two ignore contention between tasks. ``bounds_lp`` adds an interval-indexed LP
+relaxation that sees it; ``mean_latency`` is the larger of the two latency bounds, and
+both are reported (``mean_latency_solo``, ``mean_latency_lp``).
 """
 
 from __future__ import annotations
@@ -20,14 +24,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybridsched.kinds.machine.bounds_lp import LPSettings, lp_lower_bound
 from hybridsched.kinds.machine.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable
 
 
 @dataclass(frozen=True)
 class LowerBound:
+    """Makespan bound, the larger latency bound, and each latency bound on its own
+    (``mean_latency_lp`` is NaN when the LP was not solved)."""
+
     makespan: float
     mean_latency: float
+    mean_latency_solo: float
+    mean_latency_lp: float
+    lp_solve_s: float
 
 
 def best_alone_seconds(cpu: np.ndarray, gpu: np.ndarray, launch: np.ndarray, max_f: np.ndarray) -> np.ndarray:
@@ -37,8 +48,10 @@ def best_alone_seconds(cpu: np.ndarray, gpu: np.ndarray, launch: np.ndarray, max
     return np.where(f > 0, np.minimum(cpu, split), cpu)
 
 
-def lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization) -> LowerBound:
-    """Lower bounds on makespan (from the first arrival) and on mean latency (end - arrival)."""
+def lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
+                lp: LPSettings | None = LPSettings()) -> LowerBound:
+    """Lower bounds on makespan (from the first arrival) and on mean latency (end - arrival);
+    ``lp=None`` skips the LP (the solo bound alone)."""
     cpu = cluster.cpu_seconds(tasks.size) * realization.cpu_factor
     gpu = cluster.gpu_seconds(tasks.size, tasks.intensity, tasks.memory_mb) * realization.gpu_factor
     launch = cluster.launch_s * realization.gpu_factor
@@ -52,7 +65,13 @@ def lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization) ->
     suffix_work = np.cumsum(work[order][::-1])[::-1]
     fluid = np.max(a + suffix_work / cluster.n_devices)
     t0 = a[0]
-    return LowerBound(makespan=float(max(ef.max(), fluid) - t0), mean_latency=float(np.mean(ef - tasks.arrival)))
+    solo = float(np.mean(ef - tasks.arrival))
+    lp_mean, lp_s = float("nan"), 0.0
+    if lp is not None:
+        res = lp_lower_bound(tasks, cluster, realization, ready=ef - d, best_alone=d, settings=lp)
+        lp_mean, lp_s = res.mean_latency, res.solve_s
+    return LowerBound(makespan=float(max(ef.max(), fluid) - t0), mean_latency=float(max(solo, np.nan_to_num(lp_mean))),
+                      mean_latency_solo=solo, mean_latency_lp=lp_mean, lp_solve_s=lp_s)
 
 
 def _earliest_finish(tasks: TaskTable, d: np.ndarray) -> np.ndarray:

@@ -13,6 +13,11 @@ workers on many machines share: ``n_jobs`` worker processes (or several
 and a rerun with the same settings resumes it instead of starting over (the study name is a
 hash of everything that defines it).  The study stops at ``n_trials`` finished trials in
 all, however many processes work on it.
+
+Besides the two learned policies, any policy named in ``tune.spaces`` is a target: its
+weights (float ranges ``[low, high]``, or ``{low, high, log}``) are searched directly, with
+no training, by simulating it on the validation workload (the heuristics of
+``policies/weighted.py`` are tuned this way before they are compared).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.sim import simulate, task_matrix
 from hybridsched.kinds.machine.workload import TaskTable
 
-TARGETS = ("hybrid_ml", "dqn")
+TARGETS = ("hybrid_ml", "dqn")  # learned targets; heuristic targets come from ``spaces``
 
 
 @dataclass
@@ -52,10 +57,15 @@ class TuneSettings:
     storage: str = "models/tune/study.journal"
     pruning: bool = True
     dqn_episodes: int = 8  # DQN trials train this many episodes (the full run uses dqn.episodes)
+    spaces: dict[str, dict[str, Any]] = field(default_factory=dict)  # heuristic policy -> param ranges
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise HybridschedError(f"tune.target: unknown {self.target!r}; known: {list(TARGETS)}")
+        if self.target not in TARGETS and self.target not in self.spaces:
+            known = list(TARGETS) + sorted(self.spaces)
+            raise HybridschedError(f"tune.target: unknown {self.target!r}; known: {known}")
+        for name, space in self.spaces.items():
+            for param, rng in space.items():
+                _range(name, param, rng)
         if not 0 < self.validation_fraction < 1:
             raise HybridschedError(f"tune.validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.n_trials < 1 or self.n_jobs < 1:
@@ -70,8 +80,31 @@ class TuneSettings:
 # --- search spaces: each returns overrides shaped like the config ----------------------
 
 
-def suggest(trial: Any, target: str, cfg: dict[str, Any]) -> dict[str, Any]:
+def _range(name: str, param: str, rng: Any) -> tuple[float, float, bool]:
+    """(low, high, log) of one heuristic parameter's search range; a clear error otherwise."""
+    if isinstance(rng, dict):
+        low, high, log = rng.get("low"), rng.get("high"), bool(rng.get("log", False))
+    elif isinstance(rng, list | tuple) and len(rng) == 2:
+        (low, high), log = rng, False
+    else:
+        raise HybridschedError(f"tune.spaces.{name}.{param}: expected [low, high] or {{low, high, log}}, got {rng!r}")
+    try:
+        low, high = float(low), float(high)
+    except (TypeError, ValueError):
+        raise HybridschedError(f"tune.spaces.{name}.{param}: low and high must be numbers, got {rng!r}") from None
+    if not low <= high or (log and low <= 0):
+        raise HybridschedError(f"tune.spaces.{name}.{param}: need low <= high (and low > 0 with log), got {rng!r}")
+    return low, high, log
+
+
+def suggest(trial: Any, target: str, cfg: dict[str, Any], spaces: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Sample one configuration; the result mirrors the config's keys (rf / dqn / policies)."""
+    if spaces and target in spaces:
+        params = {}
+        for param, rng in spaces[target].items():
+            low, high, log = _range(target, param, rng)
+            params[param] = trial.suggest_float(param, low, high, log=log)
+        return {"policies": {"machine": {target: params}}}
     if target == "hybrid_ml":
         kind = cfg["rf"].get("model", "random_forest")
         if kind == "xgboost":
@@ -94,8 +127,11 @@ def suggest(trial: Any, target: str, cfg: dict[str, Any]) -> dict[str, Any]:
                     "hidden": trial.suggest_categorical("hidden", [32, 64, 128])}}
 
 
-def defaults_of(target: str, cfg: dict[str, Any]) -> dict[str, Any]:
+def defaults_of(target: str, cfg: dict[str, Any], spaces: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The untuned values of the search space's parameters (enqueued as trial 0)."""
+    if spaces and target in spaces:
+        pol = _policy_node(cfg, target)
+        return {k: float(pol[k]) for k in spaces[target] if k in pol}
     if target == "hybrid_ml":
         kind = cfg["rf"].get("model", "random_forest")
         keys = (["n_estimators", "max_depth", "learning_rate", "subsample"] if kind == "xgboost"
@@ -127,11 +163,24 @@ def split_validation(tasks: TaskTable, fraction: float) -> tuple[TaskTable, Task
     return tasks.subset(rows[:-n_val]), tasks.subset(rows[-n_val:])
 
 
+def _policy_node(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """The config node of policy ``name`` (``policies.machine.<name>``)."""
+    node = ((cfg.get("policies") or {}).get("machine") or {}).get(name)
+    if not isinstance(node, dict) or "_target_" not in node:
+        raise HybridschedError(f"policies.machine.{name}: no policy config with a _target_ to tune")
+    return node
+
+
 def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskTable, cluster: Cluster,
                     seed: int, dqn_episodes: int = 8, on_episode=None) -> dict[str, float]:
-    """Train ``target`` with ``cfg`` on ``fit`` and return its metrics on ``val``."""
+    """Train ``target`` with ``cfg`` on ``fit`` and return its metrics on ``val`` (a heuristic
+    target, one not in TARGETS, is built from ``policies.<target>`` and only simulated)."""
     real = cluster.sample_noise(len(val), np.random.default_rng(seed))
-    if target == "hybrid_ml":
+    if target not in TARGETS:
+        from hybridsched.kinds.base import instantiate
+
+        policy = instantiate(_policy_node(cfg, target))
+    elif target == "hybrid_ml":
         from hybridsched.kinds.machine.runtime_model import train_runtime_model
         from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
 
@@ -162,7 +211,9 @@ def study_name(settings: TuneSettings, cfg: dict[str, Any], tasks: TaskTable) ->
         data.update(np.ascontiguousarray(a).tobytes())
     key = json.dumps({"s": {k: v for k, v in vars(settings).items() if k not in ("n_trials", "n_jobs", "storage")},
                       "rf": cfg.get("rf"), "dqn": cfg.get("dqn"), "cluster": cfg.get("cluster"),
-                      "policy": cfg.get("policies", {}).get("machine", {}).get("hybrid_ml"), "data": data.hexdigest()},
+                      "policy": cfg.get("policies", {}).get("machine", {}).get(
+                          "hybrid_ml" if settings.target in TARGETS else settings.target),
+                      "data": data.hexdigest()},
                      sort_keys=True, default=str)
     return f"{settings.target}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
@@ -199,7 +250,7 @@ def _worker(settings: TuneSettings, cfg: dict[str, Any], fit: TaskTable, val: Ta
                               sampler=optuna.samplers.TPESampler(seed=settings.seed + worker), pruner=pruner)
 
     def objective(trial):
-        trial_cfg = merge(cfg, suggest(trial, settings.target, cfg))
+        trial_cfg = merge(cfg, suggest(trial, settings.target, cfg, settings.spaces))
 
         def on_episode(stats: dict[str, float]) -> None:  # DQN: prune hopeless trials early
             if pruner is not None and "mean_latency" in stats:
@@ -234,7 +285,7 @@ def run_study(settings: TuneSettings, cfg: dict[str, Any], train: TaskTable, clu
     # created once here, before any worker starts (no creation race)
     study = optuna.create_study(study_name=name, storage=storage, directions=directions, load_if_exists=True)
     if not study.trials:
-        study.enqueue_trial(defaults_of(settings.target, cfg), user_attrs={"default": True})
+        study.enqueue_trial(defaults_of(settings.target, cfg, settings.spaces), user_attrs={"default": True})
     done = sum(t.state.is_finished() for t in study.trials)
     todo = max(0, settings.n_trials - done)
     t0 = time.perf_counter()
@@ -288,6 +339,8 @@ def summarize_study(study: Any, settings: TuneSettings, cfg: dict[str, Any], wal
 
 def _params_to_config(params: dict[str, Any], target: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """Re-shape a trial's flat params into config keys (the inverse of ``suggest``)."""
+    if target not in TARGETS:
+        return {"policies": {"machine": {target: dict(params)}}}
     if target == "hybrid_ml":
         kind = cfg["rf"].get("model", "random_forest")
         pol = {k: params[k] for k in ("retrain_every", "window")}

@@ -1,0 +1,156 @@
+"""Every machine policy against the solo and LP bounds, per workload and on held-out draws.
+
+Per workload (a Hydra override list, composed from conf/): generate the splits, train the
+run-time model and the DQN on the training split, tune each heuristic of ``tune.spaces``
+with the project's Optuna study on the training split, then simulate every policy on the
+test split (one noise seed) and solve the bounds. Held-out draws
+(``scenarios.heldout_workloads``, their own seed) reuse the default workload's trained
+models and tuned weights unchanged.
+
+    python -m benchmarks.quality_eval --out metrics/quality            # all, ~20-40 min on 2 cores
+    python -m benchmarks.quality_eval --workloads default --heldout 0 --trials 10
+
+Writes ``<out>/<workload>.csv``, ``<out>/tuned_<workloads>.json`` and ``<out>/quality.md`` (over
+every csv in ``<out>``, so runs of separate workloads add up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.io import write_frame, write_json, write_text
+from hybridsched.kinds.base import instantiate
+from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.kinds.machine.engine import task_matrix
+from hybridsched.kinds.machine.scenarios import evaluate_workload, heldout_workloads
+from hybridsched.kinds.machine.tuning import TuneSettings, merge, run_study
+from hybridsched.kinds.machine.workload import WorkloadSpec, generate, generate_splits
+
+WORKLOADS = {"default": [], "shifted": ["workload=shifted"], "bursty": ["workload=bursty"], "dag": ["workload=dag"],
+             "rate8": ["workload.rate=8"]}
+HEURISTICS = ("eft", "oracle", "round_robin", "random", "greedy")
+LEARNED = ("hybrid_ml", "hybrid_ml_static", "dqn")
+
+
+def compose(overrides: list[str]) -> dict[str, Any]:
+    """The resolved config of conf/ with ``overrides``."""
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(version_base=None, config_dir=conf):
+        return OmegaConf.to_container(hcompose("config", overrides=["tracking.enabled=false", *overrides]), resolve=True)
+
+
+def train_models(cfg: dict[str, Any], train, cluster: Cluster, work: Path, episodes: int | None) -> dict[str, Any]:
+    """Factories of the learned policies, trained on ``train``."""
+    from hybridsched.kinds.machine.policies.dqn import DQNPolicy
+    from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
+    from hybridsched.kinds.machine.runtime_model import train_runtime_model
+    from hybridsched.rl.dqn import DQNSettings, save_model, train as train_dqn
+
+    model, _ = train_runtime_model(task_matrix(train, cluster), cluster, {**cfg["rf"], "importance_repeats": 0})
+    dqn_dir = work / "dqn"
+    dqn_cfg = {**cfg["dqn"], **({"episodes": episodes} if episodes else {})}
+    save_model(dqn_dir, train_dqn(train, cluster, DQNSettings.from_dict(dqn_cfg)))
+
+    def hml(name: str):
+        kw = {k: v for k, v in cfg["policies"]["machine"][name].items() if k not in ("_target_", "model_dir")}
+        return lambda: HybridML(model=model, **kw)
+
+    return {"hybrid_ml": hml("hybrid_ml"), "hybrid_ml_static": hml("hybrid_ml_static"),
+            "dqn": lambda: DQNPolicy(model_dir=str(dqn_dir))}
+
+
+def tune_heuristics(cfg: dict[str, Any], train, cluster: Cluster, trials: int, work: Path) -> dict[str, Any]:
+    """Tuned weights of each heuristic in ``tune.spaces`` (the project's Optuna study)."""
+    tuned = {}
+    for name in cfg["tune"]["spaces"]:
+        s = TuneSettings.from_dict({**cfg["tune"], "target": name, "n_trials": trials, "n_jobs": 1,
+                                    "storage": str(work / f"{name}.journal")})
+        out = run_study(s, cfg, train, cluster)
+        tuned[name] = {"params": out["best_params"], "default": out["default"], "best": out["best"]}
+    return tuned
+
+
+def factories(cfg: dict[str, Any], tuned: dict[str, Any], learned: dict[str, Any]) -> dict[str, Any]:
+    """Name -> factory for every policy: classic, tuned heuristics (and their defaults), learned."""
+    out = {n: (lambda n=n: instantiate(cfg["policies"]["machine"][n])) for n in HEURISTICS}
+    for name, t in tuned.items():
+        out[f"{name}_default"] = lambda name=name: instantiate(cfg["policies"]["machine"][name])
+        spec = merge(cfg["policies"]["machine"][name], t["params"])
+        out[name] = lambda spec=spec: instantiate(spec)
+    return {**out, **learned}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--heldout", type=int, default=5, help="held-out draws (0 = none)")
+    ap.add_argument("--heldout-tasks", type=int, default=3000)
+    ap.add_argument("--trials", type=int, default=30, help="Optuna trials per heuristic (0: the YAML weights)")
+    ap.add_argument("--dqn-episodes", type=int, default=None, help="default: dqn.episodes of the config")
+    ap.add_argument("--no-learned", action="store_true", help="heuristics and bounds only (no training)")
+    ap.add_argument("--out", default="metrics/quality")
+    args = ap.parse_args()
+    out = Path(args.out)
+    tables, all_tuned = {}, {}
+    default_kit = None
+    for wname in [w for w in args.workloads.split(",") if w]:
+        t0 = time.perf_counter()
+        cfg = compose(WORKLOADS[wname])
+        cluster = cluster_from_config(cfg["cluster"])
+        train, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
+        work = Path(tempfile.mkdtemp(prefix=f"quality-{wname}-"))
+        tuned = tune_heuristics(cfg, train, cluster, args.trials, work) if args.trials else {}
+        if not tuned:  # no tuning here: the weights in the YAMLs (tuned on the default workload)
+            tuned = {n: {"params": {}} for n in cfg["tune"]["spaces"]}
+        learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
+        pols = factories(cfg, tuned, learned)
+        table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]))
+        tables[wname], all_tuned[wname] = table.assign(workload=wname), tuned
+        write_frame(out / f"{wname}.csv", tables[wname])
+        print(f"{wname}: {time.perf_counter() - t0:.0f} s, LP {table['lp_solve_s'].iloc[0]:.1f} s")
+        print(table[["policy", "mean_latency", "p99_latency", "vs_bound"]].round(3).to_string(index=False))
+        if wname == "default":
+            default_kit = (cfg, cluster, pols)
+    if args.heldout:
+        if default_kit is None:  # held-out draws without the default workload in this run: its tuned YAML weights
+            cfg = compose([])
+            cluster = cluster_from_config(cfg["cluster"])
+            yaml_tuned = {n: (lambda n=n: instantiate(cfg["policies"]["machine"][n])) for n in cfg["tune"]["spaces"]}
+            default_kit = (cfg, cluster, {**factories(cfg, {}, {}), **yaml_tuned})
+        cfg, cluster, pols = default_kit
+        for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
+            spec = WorkloadSpec(**{key: v for key, v in w.items() if key not in ("name", "offered_load")})
+            tasks = generate(spec, args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
+            table = evaluate_workload(tasks, cluster, pols, k).assign(workload=w["name"], offered_load=w["offered_load"])
+            tables[w["name"]] = table
+            write_frame(out / f"{w['name']}.csv", table)
+            print(f"{w['name']} (load {w['offered_load']:.2f}):")
+            print(table[["policy", "mean_latency", "vs_bound"]].round(3).to_string(index=False))
+        write_json(out / "heldout_workloads.json", heldout_workloads(args.heldout, cluster))
+    write_json(out / f"tuned_{args.workloads.replace(',', '_')}.json", all_tuned)
+    # every table in the folder, so separate runs (e.g. one per workload) add up to one summary
+    tables = {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
+    write_text(out / "quality.md", summary_markdown(tables))
+
+
+def summary_markdown(tables: dict[str, pd.DataFrame]) -> str:
+    """Mean latency per policy and workload, and the bounds."""
+    wide = pd.DataFrame({w: t.set_index("policy")["mean_latency"] for w, t in tables.items()})
+    bounds = pd.DataFrame({w: {"bound (solo)": t["bound_solo"].iloc[0], "bound (LP)": t["bound_lp"].iloc[0]}
+                           for w, t in tables.items()})
+    return "Mean latency (s)\n\n" + pd.concat([wide, bounds]).to_markdown(floatfmt=".3g") + "\n"
+
+
+if __name__ == "__main__":
+    main()
