@@ -214,7 +214,10 @@ def simulate(run: Run) -> pd.DataFrame:
     tasks = _tasks(run, "test", cluster)
     policies = build_policies(run)
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
-    bound = asdict(lower_bound(tasks, cluster, realization))
+    bound = asdict(lower_bound(tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])))
+    print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "
+          f"LP {bound['mean_latency_lp']:.4f} in {bound['lp_solve_s']:.1f} s)")
+    bound = without_timings(bound)
     traces = {}
     with atomic_dir(run.traces_dir) as tmp:
         for name, policy in progress(policies.items(), desc="simulate", unit="policy"):
@@ -225,6 +228,14 @@ def simulate(run: Run) -> pd.DataFrame:
     table = _table(traces, cluster, bound, tasks)
     run.track("simulate", {"lower_bound": bound, **table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"]["name"])
+
+
+def lp_settings(sim: dict):  # -> LPSettings | None
+    """The LP bound's grid from ``sim.bound_lp``, or None when it is off."""
+    from hybridsched.kinds.machine.bounds_lp import LPSettings
+
+    lp = dict(sim.get("bound_lp") or {"enabled": True})
+    return LPSettings(**{k: v for k, v in lp.items() if k != "enabled"}) if lp.pop("enabled", True) else None
 
 
 def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks: TaskTable) -> pd.DataFrame:
