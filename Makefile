@@ -9,6 +9,11 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export PYTHONHASHSEED := 0
+# The same CPU kernels on every x86-64 machine, so a seed's DQN trains to the same weights:
+# torch's vectorised ops, MKL's BLAS and oneDNN are capped at AVX2 (docs/reproducibility.md)
+export ATEN_CPU_CAPABILITY := avx2
+export MKL_CBWR := AVX2
+export ONEDNN_MAX_CPU_ISA := AVX2
 # dvc.yaml runs `python -m stages.<name>`: that python must be the venv's
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 SHELL := /bin/bash

@@ -14,7 +14,7 @@ from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.policies.weighted import DMDA, LoadAwareEFT, RankEFT
 from hybridsched.kinds.machine.workload import from_frame
 from tests.conftest import small_workload
-from tests.sim_helpers import classic_policies, run
+from tests.machine.sim_helpers import classic_policies, run
 
 cases = st.fixed_dictionaries({
     "n": st.integers(1, 25),

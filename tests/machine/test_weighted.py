@@ -9,7 +9,7 @@ from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 from hybridsched.kinds.machine.policies.weighted import DMDA, LoadAwareEFT, RankEFT, WeightedEFT
 from tests.conftest import small_workload
-from tests.sim_helpers import run
+from tests.machine.sim_helpers import run
 
 
 def test_zero_weights_make_every_variant_plain_eft(cluster):
