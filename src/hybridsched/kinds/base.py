@@ -79,6 +79,16 @@ class Run:
         known = self.cfg["policies"][self.kind]
         return {n: known[n] for n in self.policy_names()}
 
+    def build_policies(self) -> dict[str, Any]:
+        """Name -> a fresh policy object (``_target_`` of its config) for :meth:`policy_names`,
+        each with its ``name`` set."""
+        out = {}
+        for name, spec in self.policy_specs().items():
+            policy = instantiate(spec)
+            policy.name = name
+            out[name] = policy
+        return out
+
     def track(self, stage: str, metrics: dict, artifacts: Sequence[Path | str] = (), model: Any = None) -> None:
         """Log this stage run to MLflow (no-op when tracking is off)."""
         from hybridsched.tracking import log_run

@@ -147,7 +147,7 @@ def simulate(run: Run) -> pd.DataFrame:
     train, test, nodes = _splits(run)
     cluster = _node_cluster(run, nodes)
     bound = asdict(lower_bound(run_inputs(test, cluster), cluster))
-    policies = {name: instantiate(spec) for name, spec in run.policy_specs().items()}
+    policies = run.build_policies()
     traces = W.run_policies(train, test, cluster, policies)
     with atomic_dir(run.traces_dir) as tmp:
         for name, tr in traces.items():

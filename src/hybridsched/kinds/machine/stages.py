@@ -193,16 +193,6 @@ def tune(run: Run) -> dict:
     return summary
 
 
-def build_policies(run: Run) -> dict:
-    """Name -> Policy for the run's policy names (``policy`` or ``sim.policies.machine``)."""
-    policies = {}
-    for name, spec in run.policy_specs().items():
-        policy = instantiate(spec)
-        policy.name = name
-        policies[name] = policy
-    return policies
-
-
 def simulate(run: Run) -> pd.DataFrame:
     """Run every chosen policy on the test workload with the same run-time noise: a
     ``<policy>.parquet`` trace each and ``lower_bound.json`` in ``paths.traces_dir``; returns
@@ -212,7 +202,7 @@ def simulate(run: Run) -> pd.DataFrame:
 
     cluster = _cluster(run)
     tasks = _tasks(run, "test", cluster)
-    policies = build_policies(run)
+    policies = run.build_policies()
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
     bound = asdict(lower_bound(tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])))
     print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "

@@ -223,16 +223,6 @@ def tune(run: Run) -> dict[str, Any]:
     return summary
 
 
-def build_policies(run: Run) -> dict[str, Any]:
-    """Name -> policy object for this run's policies (``_target_`` in conf/policies/serving/)."""
-    out = {}
-    for name, spec in run.policy_specs().items():
-        policy = instantiate(spec)
-        policy.name = name
-        out[name] = policy
-    return out
-
-
 def simulate(run: Run) -> pd.DataFrame:
     """Every policy on the test stream; traces, the bound and a load sweep into data/traces/."""
     from hybridsched.kinds.serving.bounds import slo_bound
@@ -244,7 +234,7 @@ def simulate(run: Run) -> pd.DataFrame:
     lat, _ = _tables(run, s)
     reqs = _requests(run, s, "test", lat)
     pred, pred_source = _pred_table(run, s, lat)
-    policies = build_policies(run)
+    policies = run.build_policies()
     seed = int(run.cfg.get("sim", {}).get("seed", 0))
     rows = {}
     with atomic_dir(run.traces_dir) as tmp:
