@@ -90,17 +90,117 @@ def _candidate(g, h, gptr, gidx, arrival, size, window, max_batch):
     return q, s, max(ready, a0)
 
 
+@njit(cache=True)
+def decide(t, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_tab, eparams, lane_free, run_tok,
+           run_var, run_ratio, corr, head, cand_end, cand_s, ready, trim_end, trim_s, gs, elig, r_batch, r_drop):
+    """The state a policy sees at time ``t``; returns the number of eligible groups.
+
+    Frees the lanes whose batch ended by ``t`` (``lane_free <= t``: releases the tokens and,
+    with online correction, folds ``run_ratio`` into ``corr``), drops hopeless heads (``drop``),
+    trims every closed candidate to the free tokens (``trim_end``, ``trim_s``) and fills ``gs``
+    and ``elig``.  Shared by the simulator and the real mode (real.py), so both decide alike."""
+    G = gptr.shape[0] - 1
+    n_lanes = lane_free.shape[0]
+    window = eparams[P_WINDOW]
+    max_batch = int(eparams[P_MAX_BATCH])
+    capacity = eparams[P_CAPACITY]
+    drop = eparams[P_DROP] > 0
+    alpha = eparams[P_ALPHA]
+    used = 0.0
+    nfree = 0
+    for k in range(n_lanes):
+        if lane_free[k] <= t:
+            if run_var[k] >= 0:  # completion seen: release tokens, learn from it
+                if alpha > 0:
+                    v = run_var[k]
+                    corr[v] = (1.0 - alpha) * corr[v] + alpha * run_ratio[k]
+                run_var[k] = -1
+                run_tok[k] = 0.0
+            nfree += 1
+        else:
+            used += run_tok[k]
+    free_tok = capacity - used
+    ne = 0
+    for g in range(G):
+        gs[g, ELIGIBLE] = 0.0
+        if ready[g] > t:
+            continue
+        v = gvar[g]
+        c = corr[v]
+        if drop:  # drop heads that cannot meet their deadline even alone
+            changed = False
+            while head[g] < gptr[g + 1]:
+                i = gidx[head[g]]
+                if t + pred_lat[v, size[i]] * c > deadline[i]:
+                    r_batch[i] = -1
+                    r_drop[i] = t
+                    head[g] += 1
+                    changed = True
+                else:
+                    break
+            if changed:
+                cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window, max_batch)
+                if ready[g] > t:
+                    continue
+        first = gidx[head[g]]
+        if tokens_tab[v, size[first]] > free_tok:
+            continue
+        q = cand_end[g]
+        s = cand_s[g]
+        while tokens_tab[v, s] > free_tok or (drop and t + pred_lat[v, s] * c > deadline[first]):
+            q -= 1
+            s -= size[gidx[q]]
+        p = pred_lat[v, s] * c
+        slo = deadline[first] - arrival[first]
+        slack = deadline[first] - t - p
+        gs[g, ELIGIBLE] = 1.0
+        gs[g, HEAD_ARRIVAL] = arrival[first]
+        gs[g, HEAD_DEADLINE] = deadline[first]
+        gs[g, CLASS] = gcls[g]
+        gs[g, SAMPLES] = s
+        gs[g, NREQ] = q - head[g]
+        gs[g, PRED_S] = p
+        gs[g, TOKENS] = tokens_tab[v, s]
+        gs[g, SLO] = slo
+        gs[g, NORM_SLACK] = slack / slo
+        gs[g, DOOMED] = 1.0 if slack < 0 else 0.0
+        gs[g, GAIN] = s * pred_lat[v, 1] / pred_lat[v, s]
+        gs[g, WAIT_NORM] = (t - arrival[first]) / slo
+        gs[g, INTERACTIVE] = 1.0 if gcls[g] == 0 else 0.0
+        trim_end[g] = q
+        trim_s[g] = s
+        elig[ne] = g
+        ne += 1
+    gs[G, G_FREE_LANES] = nfree / n_lanes
+    gs[G, G_FREE_TOKENS] = free_tok / capacity
+    gs[G, G_NOW] = t
+    return ne
+
+
+@njit(cache=True)
+def start_batch(g, nb, gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, ready, trim_end, r_batch):
+    """Assign the trimmed candidate of group ``g`` to batch ``nb`` and form the group's next candidate."""
+    for q in range(head[g], trim_end[g]):
+        r_batch[gidx[q]] = nb
+    head[g] = trim_end[g]
+    cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, eparams[P_WINDOW],
+                                                  int(eparams[P_MAX_BATCH]))
+
+
+@njit(cache=True)
+def init_candidates(gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, ready):
+    """Every group's first candidate batch."""
+    for g in range(gptr.shape[0] - 1):
+        cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, eparams[P_WINDOW],
+                                                      int(eparams[P_MAX_BATCH]))
+
+
 @njit
 def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, pred_lat, tokens_tab,
          noise, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
          b_tokens, b_first, b_count, obs, dec_batch):
     """Run to completion; returns (batches, decisions recorded)."""
     G = gptr.shape[0] - 1
-    window = eparams[P_WINDOW]
-    max_batch = int(eparams[P_MAX_BATCH])
-    capacity = eparams[P_CAPACITY]
-    drop = eparams[P_DROP] > 0
-    alpha = eparams[P_ALPHA]
     record = eparams[P_RECORD] > 0
     head = gptr[:G].copy()
     cand_end = np.empty(G, np.int64)
@@ -108,15 +208,14 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
     ready = np.full(G, np.inf)
     trim_end = np.empty(G, np.int64)
     trim_s = np.zeros(G, np.int64)
-    for g in range(G):
-        cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window, max_batch)
+    init_candidates(gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, ready)
     lane_free = np.zeros(n_lanes)
     run_tok = np.zeros(n_lanes)
     run_var = np.full(n_lanes, -1, np.int64)
     run_ratio = np.ones(n_lanes)
     corr = np.ones(true_lat.shape[0])
     gs = np.zeros((G + 1, NF))
-    gs[G, G_MAX_BATCH] = max_batch
+    gs[G, G_MAX_BATCH] = eparams[P_MAX_BATCH]
     elig = np.empty(G, np.int64)
     now = -np.inf
     nb = 0
@@ -133,72 +232,9 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
             if lane_free[k] < lane_free[lane]:
                 lane = k
         t = max(now, lane_free[lane], rmin)
-        used = 0.0
-        nfree = 0
-        for k in range(n_lanes):
-            if lane_free[k] <= t:
-                if run_var[k] >= 0:  # completion seen: release tokens, learn from it
-                    if alpha > 0:
-                        v = run_var[k]
-                        corr[v] = (1.0 - alpha) * corr[v] + alpha * run_ratio[k]
-                    run_var[k] = -1
-                    run_tok[k] = 0.0
-                nfree += 1
-            else:
-                used += run_tok[k]
-        free_tok = capacity - used
-        ne = 0
-        for g in range(G):
-            gs[g, ELIGIBLE] = 0.0
-            if ready[g] > t:
-                continue
-            v = gvar[g]
-            c = corr[v]
-            if drop:  # drop heads that cannot meet their deadline even alone
-                changed = False
-                while head[g] < gptr[g + 1]:
-                    i = gidx[head[g]]
-                    if t + pred_lat[v, size[i]] * c > deadline[i]:
-                        r_batch[i] = -1
-                        r_drop[i] = t
-                        head[g] += 1
-                        changed = True
-                    else:
-                        break
-                if changed:
-                    cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window,
-                                                                  max_batch)
-                    if ready[g] > t:
-                        continue
-            first = gidx[head[g]]
-            if tokens_tab[v, size[first]] > free_tok:
-                continue
-            q = cand_end[g]
-            s = cand_s[g]
-            while tokens_tab[v, s] > free_tok or (drop and t + pred_lat[v, s] * c > deadline[first]):
-                q -= 1
-                s -= size[gidx[q]]
-            p = pred_lat[v, s] * c
-            slo = deadline[first] - arrival[first]
-            slack = deadline[first] - t - p
-            gs[g, ELIGIBLE] = 1.0
-            gs[g, HEAD_ARRIVAL] = arrival[first]
-            gs[g, HEAD_DEADLINE] = deadline[first]
-            gs[g, CLASS] = gcls[g]
-            gs[g, SAMPLES] = s
-            gs[g, NREQ] = q - head[g]
-            gs[g, PRED_S] = p
-            gs[g, TOKENS] = tokens_tab[v, s]
-            gs[g, SLO] = slo
-            gs[g, NORM_SLACK] = slack / slo
-            gs[g, DOOMED] = 1.0 if slack < 0 else 0.0
-            gs[g, GAIN] = s * pred_lat[v, 1] / pred_lat[v, s]
-            gs[g, WAIT_NORM] = (t - arrival[first]) / slo
-            gs[g, INTERACTIVE] = 1.0 if gcls[g] == 0 else 0.0
-            trim_end[g] = q
-            trim_s[g] = s
-            elig[ne] = g
-            ne += 1
+        ne = decide(t, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_tab, eparams, lane_free,
+                    run_tok, run_var, run_ratio, corr, head, cand_end, cand_s, ready, trim_end, trim_s, gs, elig,
+                    r_batch, r_drop)
         if ne == 0:  # nothing can start now: move to the next completion or closing batch
             nxt = np.inf
             for k in range(n_lanes):
@@ -209,9 +245,6 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
                     nxt = ready[g]
             now = t if nxt == np.inf else nxt
             continue
-        gs[G, G_FREE_LANES] = nfree / n_lanes
-        gs[G, G_FREE_TOKENS] = free_tok / capacity
-        gs[G, G_NOW] = t
         if record:
             observation(gs, obs[nd])
             dec_batch[nd] = nb
@@ -234,11 +267,8 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
         b_tokens[nb] = tokens_tab[v, s]
         b_first[nb] = head[g]
         b_count[nb] = trim_end[g] - head[g]
-        for q in range(head[g], trim_end[g]):
-            r_batch[gidx[q]] = nb
+        start_batch(g, nb, gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, ready, trim_end, r_batch)
         nb += 1
-        head[g] = trim_end[g]
-        cand_end[g], cand_s[g], ready[g] = _candidate(g, head[g], gptr, gidx, arrival, size, window, max_batch)
         now = t
     return nb, nd
 
