@@ -300,19 +300,28 @@ def service_noise(settings, n: int, seed: int | None = None) -> np.ndarray:
     return np.exp(rng.normal(-sig**2 / 2, sig, n)) if sig > 0 else np.ones(n)
 
 
-def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-             noise_seed: int | None = None, record: bool = False) -> Trace:
-    """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
-    ``reqs`` (:class:`~hybridsched.kinds.serving.workload.Requests`). ``true_lat`` is the latency
-    table the batches actually take (times lognormal noise, ``serving.service_sigma``, seeded by
-    ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
-    import pandas as pd
+@dataclass
+class RawRun:
+    """The engine's output arrays: per request its batch (-1 dropped) and drop time; per batch
+    ``b[key][:nb]``; the recorded observations."""
 
+    r_batch: np.ndarray
+    r_drop: np.ndarray
+    b: dict[str, np.ndarray]
+    nb: int
+    obs: np.ndarray
+    dec_batch: np.ndarray
+
+
+BATCH_FIELDS = (("start", float), ("end", float), ("lane", np.int64), ("group", np.int64), ("samples", np.int64),
+                ("tokens", float), ("first", np.int64), ("count", np.int64))
+
+
+def check_inputs(reqs, settings, true_lat: np.ndarray, pred: np.ndarray) -> None:
+    """One-line errors: a latency table without the batches the workload uses, or a request
+    whose batch of one exceeds the token capacity."""
     from hybridsched.errors import HybridschedError
 
-    n = len(reqs)
-    G = settings.n_groups
-    pred = true_lat if pred_lat is None else pred_lat
     for name, table in (("latency table", true_lat), ("predicted latency table", pred)):
         used = np.unique(reqs.variant)
         bad = used[~np.isfinite(table[used, 1:]).all(axis=1)]
@@ -325,47 +334,75 @@ def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray 
         raise HybridschedError(f"serving.token_capacity: request {i} ({settings.variant_names(int(reqs.variant[i]))}, "
                                f"size {int(reqs.size[i])}) needs {float(tok[i])} tokens alone, more than "
                                f"{settings.token_capacity:g}")
+
+
+def engine_params(settings, policy, record: bool = False) -> np.ndarray:
+    """The ``eparams`` vector of a run."""
+    return np.array([settings.window_s, settings.max_batch, settings.token_capacity, float(policy.drop),
+                     float(policy.online_alpha), float(record)])
+
+
+def group_arrays(settings) -> tuple[np.ndarray, np.ndarray]:
+    """(variant, class index) of every group."""
+    G = settings.n_groups
+    return ((np.arange(G) // len(settings.classes)).astype(np.int64),
+            (np.arange(G) % len(settings.classes)).astype(np.int64))
+
+
+def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
+               noise_seed: int | None = None, record: bool = False) -> RawRun:
+    """The simulator itself (the compiled loop and its output arrays); :func:`simulate` adds the
+    per-request DataFrame."""
+    n = len(reqs)
+    G = settings.n_groups
+    pred = true_lat if pred_lat is None else pred_lat
+    check_inputs(reqs, settings, true_lat, pred)
     gptr, gidx = group_index(reqs.group, G)
-    gvar = (np.arange(G) // len(settings.classes)).astype(np.int64)
-    gcls = (np.arange(G) % len(settings.classes)).astype(np.int64)
+    gvar, gcls = group_arrays(settings)
     noise = service_noise(settings, n, noise_seed)
     pdata, pparams = policy.kernel_data(settings, pred)
-    eparams = np.array([settings.window_s, settings.max_batch, settings.token_capacity, float(policy.drop),
-                        float(policy.online_alpha), float(record)])
     r_batch = np.full(n, -2, np.int64)
     r_drop = np.full(n, np.nan)
-    b = {k: np.empty(n, dt) for k, dt in (("start", float), ("end", float), ("lane", np.int64), ("group", np.int64),
-                                          ("samples", np.int64), ("tokens", float), ("first", np.int64),
-                                          ("count", np.int64))}
+    b = {k: np.empty(n, dt) for k, dt in BATCH_FIELDS}
     n_obs = N_OBS_PER_GROUP * G + 2
     obs = np.zeros((n if record else 1, n_obs), np.float32)
     dec_batch = np.zeros(n if record else 1, np.int64)
     nb, nd = _run(policy.kernel, reqs.arrival, reqs.deadline, reqs.size, reqs.variant, reqs.cls, gptr, gidx, gvar,
                   gcls, np.nan_to_num(true_lat, nan=np.inf), np.nan_to_num(pred, nan=np.inf),
-                  settings.token_table(), noise, eparams, pdata, pparams, settings.lanes, r_batch, r_drop,
-                  b["start"], b["end"], b["lane"], b["group"], b["samples"], b["tokens"], b["first"], b["count"],
-                  obs, dec_batch)
-    batches = pd.DataFrame({k: v[:nb] for k, v in b.items()})
+                  settings.token_table(), noise, engine_params(settings, policy, record), pdata, pparams,
+                  settings.lanes, r_batch, r_drop, b["start"], b["end"], b["lane"], b["group"], b["samples"],
+                  b["tokens"], b["first"], b["count"], obs, dec_batch)
+    return RawRun(r_batch, r_drop, b, nb, obs[:nd], dec_batch[:nd])
+
+
+def trace_frames(reqs, name: str, raw: RawRun):
+    """(per-request, per-batch) DataFrames of a run: the trace schema shared by the simulator and
+    the real mode."""
+    import pandas as pd
+
+    nb, r_batch = raw.nb, raw.r_batch
+    batches = pd.DataFrame({k: v[:nb] for k, v in raw.b.items()})
     batches.insert(0, "batch_id", np.arange(nb))
     served = r_batch >= 0
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
-    lane = np.full(n, -1, np.int64)
-    start[served] = b["start"][r_batch[served]]
-    end[served] = b["end"][r_batch[served]]
-    lane[served] = b["lane"][r_batch[served]]
-    df = reqs.frame[["request_id", "arrival", "model", "cls", "backend", "precision", "size", "slo_s"]].copy()
-    df["deadline"] = reqs.deadline
-    df["group"] = reqs.group
-    df["batch_id"] = r_batch
-    df["lane"] = lane
-    df["start"] = start
-    df["end"] = end
-    df["dropped"] = r_batch == -1
-    df["drop_time"] = r_drop
-    df["latency"] = end - reqs.arrival
-    df["wait"] = start - reqs.arrival
-    df["service"] = end - start
-    df["met_slo"] = served & (end <= reqs.deadline + 1e-12)
-    df["policy"] = policy.name
-    return Trace(policy.name, df, batches, obs[:nd], dec_batch[:nd])
+    rb = np.where(served, r_batch, 0)
+    start = np.where(served, raw.b["start"][rb], np.nan)
+    end = np.where(served, raw.b["end"][rb], np.nan)
+    f = reqs.frame
+    cols = {c: f[c].to_numpy() for c in ("request_id", "arrival", "model", "cls", "backend", "precision", "size",
+                                         "slo_s")}
+    cols.update(deadline=reqs.deadline, group=reqs.group, batch_id=r_batch,
+                lane=np.where(served, raw.b["lane"][rb], -1), start=start, end=end, dropped=r_batch == -1,
+                drop_time=raw.r_drop, latency=end - reqs.arrival, wait=start - reqs.arrival, service=end - start,
+                met_slo=served & (end <= reqs.deadline + 1e-12), policy=name)
+    return pd.DataFrame(cols), batches
+
+
+def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
+             noise_seed: int | None = None, record: bool = False) -> Trace:
+    """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
+    ``reqs`` (:class:`~hybridsched.kinds.serving.workload.Requests`). ``true_lat`` is the latency
+    table the batches actually take (times lognormal noise, ``serving.service_sigma``, seeded by
+    ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
+    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record)
+    df, batches = trace_frames(reqs, policy.name, raw)
+    return Trace(policy.name, df, batches, raw.obs, raw.dec_batch)

@@ -277,6 +277,14 @@ def simulate(run: Run) -> pd.DataFrame:
     return table.assign(workload=run.cfg["workload"].get("name"))
 
 
+def sim_vs_real(run: Run) -> pd.DataFrame:
+    """Real vs simulated P50/P95 per policy and class (real.py) into metrics/plots/kind/
+    (``python -m stages.real``; the evaluate stage runs it when ``serving.real.enabled``)."""
+    from hybridsched.kinds.serving.real import sim_vs_real as real_report
+
+    return real_report(run, run.metrics_dir / "plots" / "kind")
+
+
 def evaluate(run: Run) -> pd.DataFrame:
     """Per policy and class metrics, audit, summary.json, policies.csv, plot tables and PNGs."""
     import json
@@ -314,6 +322,10 @@ def evaluate(run: Run) -> pd.DataFrame:
         if sweep is not None:
             write_frame(tmp / "attainment_vs_load.csv", sweep)
         pngs += [kind_dir / p.name for p in save_pngs(traces, table, sweep, s.classes, tmp)]
+        if _block(run, "real").get("enabled", False):  # minutes of wall time: off by default
+            from hybridsched.kinds.serving.real import sim_vs_real as real_report
+
+            real_report(run, tmp)
     run.track("evaluate", {"bound": bound["slo_attainment"], **table[["slo_attainment"]].to_dict(orient="index")},
               [out / "summary.json", out / "policies.csv", *pngs])
     return table
