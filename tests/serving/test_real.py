@@ -10,8 +10,9 @@ import pytest
 from hybridsched.kinds import get_kind
 from hybridsched.kinds.base import Run
 from hybridsched.kinds.serving.metrics import check_trace
-from hybridsched.kinds.serving.real import TARGET_GAP, compare_traces
-from tests.serving.conftest import serving_cfg
+from hybridsched.kinds.serving.real import TARGET_GAP, calibrated_table, compare_traces
+from hybridsched.kinds.serving.settings import ServingSettings
+from tests.serving.conftest import dense, serving_cfg
 
 pytest.importorskip("onnxruntime")
 
@@ -35,7 +36,7 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     run = Run(tiny, tracking=False)
     table = kind.sim_vs_real(run)
     out = tmp_path / "metrics" / "plots" / "kind"
-    assert (out / "sim_vs_real.csv").exists() and "p95_gap" in (out / "sim_vs_real.md").read_text()
+    assert (out / "sim_vs_real.csv").exists() and "sim_p95_gap" in (out / "sim_vs_real.md").read_text()
     assert set(table["policy"]) == {"fifo", "edf"} and "all" in set(table["class"])
     for name in ("fifo", "edf"):
         tr = pd.read_parquet(out / f"real_{name}.parquet")
@@ -50,7 +51,8 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
         assert check_trace(tr, batches.assign(first=0, count=0), s) == []
     row = table[(table["policy"] == "fifo") & (table["class"] == "all")].iloc[0]
     assert row["real_p50_ms"] > 0 and row["sim_p50_ms"] > 0
-    assert np.isclose(row["p50_gap"], (row["sim_p50_ms"] - row["real_p50_ms"]) / row["real_p50_ms"])
+    assert np.isclose(row["sim_p50_gap"], (row["sim_p50_ms"] - row["real_p50_ms"]) / row["real_p50_ms"])
+    assert row["cal_p50_ms"] > 0 and "cal_p95_gap" in table
 
 
 def test_compare_traces_gap_and_target():
@@ -58,7 +60,18 @@ def test_compare_traces_gap_and_target():
         return pd.DataFrame({"cls": ["interactive"] * len(lat), "dropped": False, "latency": lat,
                              "service": lat, "met_slo": True})
 
-    t = compare_traces({"fifo": trace([0.1, 0.2, 0.3])}, {"fifo": trace([0.11, 0.22, 0.33])}, ("interactive",))
-    assert np.allclose(t["p50_gap"], 0.1) and t["within_target"].all()
-    t = compare_traces({"fifo": trace([0.1, 0.2, 0.3])}, {"fifo": trace([0.2, 0.4, 0.6])}, ("interactive",))
-    assert np.allclose(t["p95_gap"], 1.0) and not t["within_target"].any() and TARGET_GAP == 0.15
+    t = compare_traces({"fifo": trace([0.1, 0.2, 0.3])}, {"sim": {"fifo": trace([0.11, 0.22, 0.33])}}, ("interactive",))
+    assert np.allclose(t["sim_p50_gap"], 0.1) and t["sim_within"].all()
+    t = compare_traces({"fifo": trace([0.1, 0.2, 0.3])}, {"sim": {"fifo": trace([0.2, 0.4, 0.6])}}, ("interactive",))
+    assert np.allclose(t["sim_p95_gap"], 1.0) and not t["sim_within"].any() and TARGET_GAP == 0.15
+
+
+def test_calibrated_table_scales_each_variant_by_its_measured_ratio():
+    s = ServingSettings(models={"resnet18": 80.0}, backends=("torch", "onnx"), max_batch=4)
+    lat = dense(s)
+    # variant 0 (torch) ran twice as slow as the table, variant 1 (onnx) as the table says
+    b = pd.DataFrame({"group": [0, 1, 2], "samples": [1, 2, 1], "start": 0.0,
+                      "end": [2 * lat[0, 1], 2 * lat[0, 2], lat[1, 1]]})
+    cal, factors = calibrated_table(lat, [b], s)
+    assert np.allclose(cal[0], 2 * lat[0], equal_nan=True) and np.allclose(cal[1], lat[1], equal_nan=True)
+    assert factors == {"resnet18/torch": 2.0, "resnet18/onnx": 1.0}
