@@ -72,6 +72,7 @@ def test_calibrated_table_scales_each_variant_by_its_measured_ratio():
     # variant 0 (torch) ran twice as slow as the table, variant 1 (onnx) as the table says
     b = pd.DataFrame({"group": [0, 1, 2], "samples": [1, 2, 1], "start": 0.0,
                       "end": [2 * lat[0, 1], 2 * lat[0, 2], lat[1, 1]]})
-    cal, factors = calibrated_table(lat, [b], s)
+    cal, sigma, factors = calibrated_table(lat, [b], s)
+    assert sigma == 0.0  # each measured batch sits exactly on its variant's median ratio
     assert np.allclose(cal[0], 2 * lat[0], equal_nan=True) and np.allclose(cal[1], lat[1], equal_nan=True)
     assert factors == {"resnet18/torch": 2.0, "resnet18/onnx": 1.0}

@@ -390,8 +390,8 @@ def trace_frames(reqs, name: str, raw: RawRun):
     start = np.where(served, raw.b["start"][rb], np.nan)
     end = np.where(served, raw.b["end"][rb], np.nan)
     f = reqs.frame
-    cols = {c: f[c].to_numpy() for c in ("request_id", "arrival", "model", "cls", "backend", "precision", "size",
-                                         "slo_s")}
+    # the Series themselves: to_numpy() on string columns would build a Python object per row
+    cols = {c: f[c] for c in ("request_id", "arrival", "model", "cls", "backend", "precision", "size", "slo_s")}
     cols.update(deadline=reqs.deadline, group=reqs.group, batch_id=r_batch,
                 lane=np.where(served, raw.b["lane"][rb], -1), start=start, end=end, dropped=r_batch == -1,
                 drop_time=raw.r_drop, latency=end - reqs.arrival, wait=start - reqs.arrival, service=end - start,

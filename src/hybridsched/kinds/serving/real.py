@@ -17,7 +17,7 @@ compare it with the simulator on the same stream.
 per policy and class, measured and simulated, and their relative gap (target: within 15 %).
 Two simulations: ``sim`` with the configured latency table (the profile, measured earlier),
 and ``cal`` with that table scaled per variant to the service times measured during the real
-run, which separates a drifted table (a shared machine's load changes) from the simulator's
+run (median ratio) and the service noise measured around it (lognormal sigma), which separates a drifted table (a shared machine's load changes) from the simulator's
 queueing and batching model.
 Command: ``python -m stages.real workload=serving`` (stages/real.py), or the evaluate stage
 with ``serving.real.enabled=true``.
@@ -195,16 +195,20 @@ def compare_traces(real: dict[str, pd.DataFrame], sims: dict[str, dict[str, pd.D
     return pd.DataFrame(rows)
 
 
-def calibrated_table(lat: np.ndarray, batches: list[pd.DataFrame], settings) -> tuple[np.ndarray, dict[str, float]]:
-    """``lat`` with each variant scaled by the median of (measured service / table latency) over
-    the real batches of that variant: the latency table this machine had *during* the run."""
+def calibrated_table(lat: np.ndarray, batches: list[pd.DataFrame], settings) -> tuple[np.ndarray, float, dict[str, float]]:
+    """(``lat`` with each variant scaled by the median of measured service / table latency over
+    the real batches of that variant, the lognormal sigma of measured service around that,
+    the factors by variant name): the latency table and noise this machine had *during* the run."""
     b = pd.concat(batches, ignore_index=True)
     v = (b["group"].to_numpy() // len(settings.classes)).astype(int)
-    ratio = pd.Series((b["end"] - b["start"]).to_numpy() / lat[v, b["samples"].to_numpy()]).groupby(v).median()
+    ratio = pd.Series((b["end"] - b["start"]).to_numpy() / lat[v, b["samples"].to_numpy()])
+    med = ratio.groupby(v).median()
+    resid = np.log(ratio.to_numpy() / med.loc[v].to_numpy())
+    sigma = float(np.std(resid)) if len(resid) > 1 else 0.0
     out = lat.copy()
-    for var, r in ratio.items():
+    for var, r in med.items():
         out[var] *= r
-    return out, {"/".join(settings.variant_names(int(k))[:2]): round(float(r), 3) for k, r in ratio.items()}
+    return out, sigma, {"/".join(settings.variant_names(int(k))[:2]): round(float(r), 3) for k, r in med.items()}
 
 
 def real_stream(workload: dict[str, Any], settings, real_cfg: dict[str, Any], batch1_s: np.ndarray):
@@ -252,12 +256,12 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
                 real[name] = serve(reqs, s, policies[name], pred, lanes)
         finally:
             lanes.close()
-    cal_lat, factors = calibrated_table(lat, [t.batches for t in real.values()], s)
+    cal_lat, sigma, factors = calibrated_table(lat, [t.batches for t in real.values()], s)
     seed = int(run.cfg.get("sim", {}).get("seed", 0))
     sims: dict[str, dict[str, pd.DataFrame]] = {"sim": {}, "cal": {}}
     for name in names:
-        for prefix, table_ in (("sim", lat), ("cal", cal_lat)):
-            tr = E.simulate(reqs, s, table_, policies[name], pred, noise_seed=seed)
+        for prefix, table_, s_ in (("sim", lat, s), ("cal", cal_lat, replace(s, service_sigma=sigma))):
+            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed)
             sims[prefix][name] = tr.requests
             for what, t in (("real", real[name]), (f"simulated ({prefix})", tr)):
                 problems = check_trace(t.requests, t.batches, s)
@@ -269,7 +273,8 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     head = (f"Real vs simulated serving: {len(reqs)} requests at {float(rc.get('rate', 2.0))} req/s for "
             f"{float(rc.get('duration_s', 30.0))} s, {s.lanes} lanes, scheduler's model: {pred_source}. "
             f"`sim`: the simulator with the latency table {s.latency_table!r} ({table_source(s)}); `cal`: the same "
-            f"table scaled per variant by the median measured/table service ratio of this run {factors}. "
+            f"table scaled per variant by the median measured/table service ratio of this run {factors}, "
+            f"service noise sigma {sigma:.3f} (measured around those; configured {s.service_sigma}). "
             f"gap = (sim - real) / real, target |gap| <= {TARGET_GAP:.0%}.\n\n")
     write_text(out_dir / "sim_vs_real.md", head + table.round(3).to_markdown(index=False) + "\n")
     for name, tr in real.items():
