@@ -227,7 +227,7 @@ def tune(run: Run) -> dict[str, Any]:
 
 
 def build_policies(run: Run) -> dict[str, Any]:
-    """Name -> policy object for this run's policies (``_target_`` in conf/policy/serving/)."""
+    """Name -> policy object for this run's policies (``_target_`` in conf/policies/serving/)."""
     out = {}
     for name, spec in run.policy_specs().items():
         policy = instantiate(spec)
