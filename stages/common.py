@@ -71,7 +71,13 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
     try:
         apply_tuned(cfg)
         run = Run(cfg=as_dict(cfg), in_memory=job is not None, policy=cfg.get("policy"))
-        result = stage(run) if callable(stage) else getattr(get_kind(run.kind), stage)(run)
+        if callable(stage):
+            result = stage(run)
+        else:
+            fn = getattr(get_kind(run.kind), stage, None)
+            if fn is None:  # an optional function only some kinds have (e.g. serving's sim_vs_real)
+                raise HybridschedError(f"workload.kind {run.kind!r}: this kind has no {stage!r} step")
+            result = fn(run)
     except HybridschedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

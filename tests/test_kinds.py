@@ -29,7 +29,11 @@ def test_unknown_kind_is_one_line_listing_the_known_ones() -> None:
 
 
 def test_stage_scripts_hold_no_kind_specific_code() -> None:
-    for script in (ROOT / "stages").glob("*.py"):
+    # the DVC pipeline's stages (the kind interface); experiment scripts of one kind
+    # (fgd_atc23, load_sweep, real) are kind-specific by nature
+    for script in (ROOT / "stages" / f"{s}.py" for s in (*STAGES, "check")):
+        if not script.exists():
+            continue
         text = script.read_text()
         assert "kinds.machine" not in text and "kinds.cluster" not in text and "alibaba" not in text, script
         if script.stem in STAGES:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.errors import HybridschedError
+from hybridsched.errors import HybridschedError, WorkloadError
 from hybridsched.kinds.serving.latency import dense_latency
 from hybridsched.kinds.serving.predictor import held_out_scores
 from hybridsched.kinds.serving.settings import ServingSettings
@@ -93,3 +93,19 @@ def test_predictor_beats_per_model_mean_on_held_out_batches():
     sc = held_out_scores(t, S, [2, 8, 32], "random_forest", 0, 50)
     assert sc["mape"] < sc["baseline_mape"] and sc["r2_log"] > sc["baseline_r2_log"]
     assert sc["mape"] < 0.2
+
+
+def test_offered_rate_from_load_rate_wins_and_neither_is_an_error():
+    from hybridsched.kinds.serving.workload import offered_rate
+
+    s = ServingSettings(models={"resnet18": 80.0, "resnet50": 160.0}, backends=("torch",), lanes=2)
+    b1 = np.array([0.1, 0.3])  # batch-1 latency per variant
+    mix = {"models": {"resnet18": 0.5, "resnet50": 0.5}}
+    # load 1 = the lanes' batch-1 capacity: 2 lanes / 0.2 s mean = 10 req/s
+    assert np.isclose(offered_rate({"rate": None, "load": 1.0, "mix": mix}, s, b1), 10.0)
+    assert np.isclose(offered_rate({"rate": None, "load": 0.5, "mix": {"models": {"resnet50": 1.0}}}, s, b1), 2 * 0.5 / 0.3)
+    assert offered_rate({"rate": 3.0, "load": 1.0, "mix": mix}, s, b1) == 3.0
+    with pytest.raises(WorkloadError, match="workload.rate / workload.load"):
+        offered_rate({"rate": None, "load": None}, s, b1)
+    with pytest.raises(WorkloadError, match="workload.load"):
+        offered_rate({"rate": None, "load": 1.0}, s, None)

@@ -122,12 +122,14 @@ class _PeakRSS:
 class Runner:
     """A model on one backend, callable on a numpy batch; used by the profile and the real mode."""
 
-    def __init__(self, name: str, backend: str, threads: int = 1, workdir: str | None = None) -> None:
+    def __init__(self, name: str, backend: str, threads: int = 1, workdir: str | None = None, model=None) -> None:
+        """``model``: an already built torch model to share (the real mode's lanes share one);
+        the ONNX file is exported once per ``workdir``."""
         import torch
 
         torch.set_num_threads(threads)
         self.name, self.backend = name, backend
-        self.model = build_model(name)
+        self.model = build_model(name) if model is None else model
         if backend == "torch":
             self._run = self._torch
         elif backend == "onnx":
@@ -154,6 +156,10 @@ class Runner:
 
     def _onnx(self, x: np.ndarray) -> None:
         self.session.run(None, {"pixel_values": x})
+
+    def infer(self, x: np.ndarray) -> None:
+        """Run the model on a float32 batch of images ``(b, 3, 224, 224)``."""
+        self._run(x)
 
     def __call__(self, batch: int) -> float:
         """Run one batch of random images; seconds taken."""

@@ -109,17 +109,20 @@ def profile(run: Run) -> dict[str, Any]:
 def generate(run: Run) -> dict[str, Any]:
     """Train and test request streams into data/workload/; metrics/import_report.json."""
     from hybridsched.kinds.serving.latency import table_source
-    from hybridsched.kinds.serving.workload import generate_splits
+    from hybridsched.kinds.serving.workload import generate_splits, offered_rate
 
     s = settings_of(run)
     w = run.cfg["workload"]
-    lat, _ = _tables(run, s) if (w.get("slo") or {}).get("rule") == "factor" else (None, None)
-    train, test = generate_splits(w, s, None if lat is None else lat[:, 1])
+    needs_table = (w.get("slo") or {}).get("rule") == "factor" or w.get("rate") is None  # factor SLOs, load
+    lat, _ = _tables(run, s) if needs_table else (None, None)
+    b1 = None if lat is None else lat[:, 1]
+    train, test = generate_splits(w, s, b1)
     with atomic_dir(run.workload_dir) as tmp:
         write_frame(tmp / "train.parquet", train)
         write_frame(tmp / "test.parquet", test)
     report = {"kind": "serving", "workload": w.get("name"), "arrival": w.get("arrival", "poisson"),
-              "rate": w.get("rate"), "slo": w.get("slo"), "latency_table": s.latency_table,
+              "rate": offered_rate(w, s, b1), "load": w.get("load") if w.get("rate") is None else None,
+              "slo": w.get("slo"), "latency_table": s.latency_table,
               "latency_table_file": str(table_source(s)), "train": len(train), "test": len(test),
               "test_horizon_s": float(test["arrival"].iloc[-1]),
               "classes": test["cls"].value_counts().to_dict(), "models": test["model"].value_counts().to_dict()}
@@ -228,7 +231,7 @@ def simulate(run: Run) -> pd.DataFrame:
     from hybridsched.kinds.serving.bounds import slo_bound
     from hybridsched.kinds.serving.engine import service_noise, simulate as sim
     from hybridsched.kinds.serving.metrics import check_trace, summarize
-    from hybridsched.kinds.serving.workload import generate_stream, to_requests
+    from hybridsched.kinds.serving.workload import generate_stream, offered_rate, to_requests
 
     s = settings_of(run)
     lat, _ = _tables(run, s)
@@ -251,7 +254,7 @@ def simulate(run: Run) -> pd.DataFrame:
         sweep = []
         w = {**run.cfg["workload"], **(run.cfg["workload"].get("test") or {})}
         for factor in run.cfg["serving"].get("load_sweep") or []:
-            wf = {**w, "rate": float(w.get("rate", 10.0)) * float(factor)}
+            wf = {**w, "rate": offered_rate(w, s, lat[:, 1]) * float(factor)}
             df = generate_stream(wf, s, len(reqs), int(w.get("seed", 0)) + 1, 1, lat[:, 1])
             r = to_requests(df, s, f"load sweep x{factor}")
             b = slo_bound(r, s, lat, float(service_noise(s, len(r), seed).min()))
@@ -265,6 +268,14 @@ def simulate(run: Run) -> pd.DataFrame:
     table = compare(rows, bound, baseline=BASELINE)
     run.track("simulate", {"bound": bound, **table[["slo_attainment", "p95_ms"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"].get("name"))
+
+
+def sim_vs_real(run: Run) -> pd.DataFrame:
+    """Real vs simulated P50/P95 per policy and class (real.py) into metrics/plots/kind/
+    (``python -m stages.real``; the evaluate stage runs it when ``serving.real.enabled``)."""
+    from hybridsched.kinds.serving.real import sim_vs_real as real_report
+
+    return real_report(run, run.metrics_dir / "plots" / "kind")
 
 
 def evaluate(run: Run) -> pd.DataFrame:
@@ -304,6 +315,10 @@ def evaluate(run: Run) -> pd.DataFrame:
         if sweep is not None:
             write_frame(tmp / "attainment_vs_load.csv", sweep)
         pngs += [kind_dir / p.name for p in save_pngs(traces, table, sweep, s.classes, tmp)]
+        if _block(run, "real").get("enabled", False):  # minutes of wall time: off by default
+            from hybridsched.kinds.serving.real import sim_vs_real as real_report
+
+            real_report(run, tmp)
     run.track("evaluate", {"bound": bound["slo_attainment"], **table[["slo_attainment"]].to_dict(orient="index")},
               [out / "summary.json", out / "policies.csv", *pngs])
     return table

@@ -119,10 +119,42 @@ def _arrivals(w: dict[str, Any], n: int, rng: np.random.Generator, part: int) ->
     return np.cumsum(gaps) - gaps[0], None
 
 
+def offered_rate(w: dict[str, Any], settings: ServingSettings, batch1_s: np.ndarray | None) -> float:
+    """Requests/s of a workload: ``workload.rate`` when set, else ``workload.load`` x lanes / the
+    mix's mean batch-1 latency in the run's table (load 1 = the lanes' capacity at batch 1, so
+    the load means the same on a fast and a slow latency table; request sizes > 1 add work)."""
+    load = w.get("load")
+    rate = w.get("rate", 10.0 if load is None else None)  # neither key (library use): 10 req/s as before
+    if rate is not None:
+        return float(rate)
+    if load is None:
+        raise WorkloadError("workload.rate / workload.load: set one (rate in requests/s, or load relative to the "
+                            "lanes' batch-1 capacity)")
+    if not float(load) > 0:
+        raise WorkloadError(f"workload.load: must be > 0, got {float(load)}")
+    if batch1_s is None:
+        raise WorkloadError("workload.load needs the latency table (batch-1 latencies); or set workload.rate")
+    mix = w.get("mix", {})
+    p = {}
+    for key, known in (("models", settings.model_names), ("backends", settings.backends),
+                       ("precisions", settings.precisions)):
+        idx, prob = _mix(mix.get(key) or {known[0]: 1.0}, known, f"mix.{key}")
+        p[key] = np.zeros(len(known))
+        np.add.at(p[key], idx, prob)
+    m, b, q = np.meshgrid(*(np.arange(len(p[k])) for k in p), indexing="ij")
+    weight = p["models"][m] * p["backends"][b] * p["precisions"][q]
+    lat1 = np.asarray(batch1_s)[settings.variant(m, b, q)]
+    mean_b1 = float(np.sum(np.where(weight > 0, weight * np.nan_to_num(lat1, nan=np.inf), 0.0)))
+    if not 0 < mean_b1 < np.inf:
+        raise WorkloadError("workload.load: the latency table has no batch-1 latency for a variant of the mix")
+    return float(load) * settings.lanes / mean_b1
+
+
 def generate_stream(w: dict[str, Any], settings: ServingSettings, n: int, seed: int, part: int = 0,
                     batch1_s: np.ndarray | None = None) -> pd.DataFrame:
     """One request stream of ``n`` requests (see the module docstring). ``batch1_s[v]`` (batch-1
-    latency per variant, s) is needed for ``slo.rule: factor``."""
+    latency per variant, s) is needed for ``slo.rule: factor`` and for ``workload.load``."""
+    w = {**w, "rate": offered_rate(w, settings, batch1_s)}
     rng = np.random.default_rng(seed)
     arrival, tokens = _arrivals(w, n, rng, part)
     mix = w.get("mix", {})

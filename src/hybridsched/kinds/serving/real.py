@@ -1,0 +1,282 @@
+"""Real mode: serve a short request stream through the real models on this machine's CPU, then
+compare it with the simulator on the same stream.
+
+* **Lanes**: one worker thread per lane, each running one batch at a time on one CPU thread
+  (``torch.set_num_threads(1)`` in the thread; an ONNX Runtime session per lane with
+  ``intra_op_num_threads=1``).  The models are profile.py's (transformers configs, random
+  weights, ``HF_HUB_OFFLINE=1``); the lanes share one torch model per architecture.
+* **Dispatcher** (the calling thread): the simulator's own decision step at wall-clock time —
+  ``engine.decide`` (free lanes, token memory, predictive drops, online correction, candidate
+  batches within the window and up to the max batch) and the policy's numba kernel, then
+  ``engine.start_batch``.  A candidate is eligible only once it has closed, and the clock
+  guarantees that every request in it has arrived by then, so no future is seen.
+* **Trace**: the simulator's schema (``engine.trace_frames``); ``start``/``end`` are the
+  worker's clock readings around the inference call.
+
+:func:`sim_vs_real` runs both on one stream and writes ``sim_vs_real.{csv,md}``: P50 / P95
+per policy and class, measured and simulated, and their relative gap (target: within 15 %).
+Two simulations: ``sim`` with the configured latency table (the profile, measured earlier),
+and ``cal`` with that table scaled per variant to the service times measured during the real
+run (median ratio) and the service noise measured around it (lognormal sigma), which separates a drifted table (a shared machine's load changes) from the simulator's
+queueing and batching model.
+Command: ``python -m stages.real workload=serving`` (stages/real.py), or the evaluate stage
+with ``serving.real.enabled=true``.
+"""
+
+from __future__ import annotations
+
+import queue
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybridsched.errors import HybridschedError
+from hybridsched.kinds.serving import engine as E
+
+TARGET_GAP = 0.15  # |sim - real| / real of P50 and P95
+
+
+class Lanes:
+    """Worker threads, one per lane, with the real models of the variants a stream uses."""
+
+    def __init__(self, settings, variants: np.ndarray, n_lanes: int, workdir: str) -> None:
+        from hybridsched.kinds.serving.profile import IMAGE, Runner, build_model
+
+        self.settings = settings
+        models = {m: build_model(m) for m in {settings.variant_names(int(v))[0] for v in variants}}
+        # runners[lane][variant]: the torch model is shared, each lane has its own ORT session
+        self.runners = [{int(v): Runner(*settings.variant_names(int(v))[:2], threads=1, workdir=workdir,
+                                        model=models[settings.variant_names(int(v))[0]]) for v in variants}
+                        for _ in range(n_lanes)]
+        self.x = np.random.default_rng(0).standard_normal((settings.max_batch, *IMAGE), dtype=np.float32)
+        self.jobs = [queue.Queue() for _ in range(n_lanes)]
+        self.done: queue.Queue = queue.Queue()
+        self.t0 = time.perf_counter()
+        self.threads = [threading.Thread(target=self._work, args=(k,), daemon=True) for k in range(n_lanes)]
+        for th in self.threads:
+            th.start()
+
+    def clock(self) -> float:
+        """Seconds since the stream's time 0."""
+        return time.perf_counter() - self.t0
+
+    def _work(self, lane: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # one CPU thread per lane
+        while (job := self.jobs[lane].get()) is not None:
+            nb, v, s = job
+            try:
+                t_start = self.clock()
+                self.runners[lane][v].infer(self.x[:s])
+                self.done.put((lane, nb, t_start, self.clock(), None))
+            except Exception as e:  # surfaced in the dispatcher
+                self.done.put((lane, nb, 0.0, 0.0, e))
+
+    def warm_up(self, sizes=(1, 2)) -> None:
+        """Untimed first calls (lazy initialisation) of every runner on every lane."""
+        for lane in self.runners:
+            for r in lane.values():
+                for b in sizes:
+                    r.infer(self.x[:b])
+
+    def close(self) -> None:
+        for q in self.jobs:
+            q.put(None)
+        for th in self.threads:
+            th.join()
+
+
+def serve(reqs, settings, policy, pred_lat: np.ndarray, lanes: Lanes) -> E.Trace:
+    """Serve ``reqs`` in real time on ``lanes`` with ``policy``; its trace (engine schema)."""
+    n, G = len(reqs), settings.n_groups
+    E.check_inputs(reqs, settings, pred_lat, pred_lat)
+    gptr, gidx = E.group_index(reqs.group, G)
+    gvar, gcls = E.group_arrays(settings)
+    pred = np.nan_to_num(pred_lat, nan=np.inf)
+    tok = settings.token_table()
+    pdata, pparams = policy.kernel_data(settings, pred_lat)
+    choose = getattr(policy.kernel, "__func__", policy.kernel)  # the kernel, not bound to the policy
+    ep = E.engine_params(settings, policy)
+    n_lanes = len(lanes.jobs)
+    head, cand_end, cand_s = gptr[:G].copy(), np.empty(G, np.int64), np.zeros(G, np.int64)
+    ready, trim_end, trim_s = np.full(G, np.inf), np.empty(G, np.int64), np.zeros(G, np.int64)
+    E.init_candidates(gptr, gidx, reqs.arrival, reqs.size, ep, head, cand_end, cand_s, ready)
+    lane_free, run_tok = np.zeros(n_lanes), np.zeros(n_lanes)  # a busy lane is free at +inf until it reports
+    run_var, run_ratio, corr = np.full(n_lanes, -1, np.int64), np.ones(n_lanes), np.ones(pred.shape[0])
+    gs, elig = np.zeros((G + 1, E.NF)), np.empty(G, np.int64)
+    gs[G, E.G_MAX_BATCH] = settings.max_batch
+    r_batch, r_drop = np.full(n, -2, np.int64), np.full(n, np.nan)
+    b = {k: np.empty(n, dt) for k, dt in E.BATCH_FIELDS}
+    nb = busy = 0
+    lanes.t0 = time.perf_counter()
+    while True:
+        while True:  # completions first: they free lanes and tokens
+            try:
+                lane, k, t_start, t_end, err = lanes.done.get_nowait()
+            except queue.Empty:
+                break
+            if err is not None:
+                raise HybridschedError(f"real mode: inference failed on lane {lane}: {type(err).__name__}: {err}")
+            b["start"][k], b["end"][k] = t_start, t_end
+            lane_free[lane] = t_end
+            run_ratio[lane] = (t_end - t_start) / pred[gvar[b["group"][k]], b["samples"][k]]
+            busy -= 1
+        t = lanes.clock()
+        if ready.min() == np.inf and busy == 0:
+            break
+        if busy < n_lanes and ready.min() <= t:
+            ne = E.decide(t, gptr, gidx, reqs.arrival, reqs.deadline, reqs.size, gvar, gcls, pred, tok, ep, lane_free,
+                          run_tok, run_var, run_ratio, corr, head, cand_end, cand_s, ready, trim_end, trim_s, gs, elig,
+                          r_batch, r_drop)
+            if ne > 0:
+                g = int(choose(t, gs, elig, ne, pdata, pparams))
+                if g < 0 or g >= G or gs[g, E.ELIGIBLE] == 0.0:
+                    g = int(elig[0])
+                lane = int(np.argmin(lane_free))  # as the simulator: the lane free earliest
+                v, s = int(gvar[g]), int(trim_s[g])
+                lane_free[lane], run_tok[lane], run_var[lane] = np.inf, tok[v, s], v
+                b["lane"][nb], b["group"][nb], b["samples"][nb], b["tokens"][nb] = lane, g, s, tok[v, s]
+                b["first"][nb], b["count"][nb] = head[g], trim_end[g] - head[g]
+                E.start_batch(g, nb, gptr, gidx, reqs.arrival, reqs.size, ep, head, cand_end, cand_s, ready, trim_end,
+                              r_batch)
+                lanes.jobs[lane].put((nb, v, s))
+                nb, busy = nb + 1, busy + 1
+                continue
+        # sleep until the next candidate closes or a lane reports
+        future = ready[(ready > t) & np.isfinite(ready)]
+        wait = float(future.min() - t) if len(future) else None
+        try:
+            lanes.done.put(lanes.done.get(timeout=wait))  # handled at the top of the loop
+        except queue.Empty:
+            pass
+    raw = E.RawRun(r_batch, r_drop, b, nb, np.zeros((0, 1), np.float32), np.zeros(0, np.int64))
+    df, batches = E.trace_frames(reqs, policy.name, raw)
+    return E.Trace(policy.name, df, batches, raw.obs, raw.dec_batch)
+
+
+def _percentiles(tr: pd.DataFrame, classes) -> dict[str, dict[str, float]]:
+    out = {}
+    for c in ("all", *classes):
+        sub = tr if c == "all" else tr[tr["cls"] == c]
+        lat = sub.loc[~sub["dropped"], "latency"].to_numpy() * 1e3
+        q = np.quantile(lat, [0.5, 0.95]) if len(lat) else np.full(2, np.nan)
+        out[c] = {"n": len(sub), "p50_ms": float(q[0]), "p95_ms": float(q[1]),
+                  "service_ms": float(sub["service"].mean() * 1e3) if len(lat) else float("nan"),
+                  "slo_attainment": float(sub["met_slo"].mean()) if len(sub) else float("nan")}
+    return out
+
+
+def compare_traces(real: dict[str, pd.DataFrame], sims: dict[str, dict[str, pd.DataFrame]], classes) -> pd.DataFrame:
+    """One row per (policy, class incl. ``all``): measured P50/P95, mean service time and SLO
+    attainment, the same for each simulation in ``sims`` (prefix -> policy -> trace), and the
+    relative gaps ``<prefix>_p50_gap = (sim - real) / real`` (and p95)."""
+    rows = []
+    for name in real:
+        pr = _percentiles(real[name], classes)
+        ps = {prefix: _percentiles(traces[name], classes) for prefix, traces in sims.items()}
+        for c in pr:
+            row = {"policy": name, "class": c, "n": pr[c]["n"]}
+            for k in ("p50_ms", "p95_ms", "service_ms", "slo_attainment"):
+                row[f"real_{k}"] = pr[c][k]
+                for prefix in sims:
+                    row[f"{prefix}_{k}"] = ps[prefix][c][k]
+            for prefix in sims:
+                for k in ("p50_ms", "p95_ms"):
+                    row[f"{prefix}_{k[:3]}_gap"] = (ps[prefix][c][k] - pr[c][k]) / pr[c][k] if pr[c][k] > 0 else float("nan")
+                row[f"{prefix}_within"] = (abs(row[f"{prefix}_p50_gap"]) <= TARGET_GAP) & \
+                    (abs(row[f"{prefix}_p95_gap"]) <= TARGET_GAP)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def calibrated_table(lat: np.ndarray, batches: list[pd.DataFrame], settings) -> tuple[np.ndarray, float, dict[str, float]]:
+    """(``lat`` with each variant scaled by the median of measured service / table latency over
+    the real batches of that variant, the lognormal sigma of measured service around that,
+    the factors by variant name): the latency table and noise this machine had *during* the run."""
+    b = pd.concat(batches, ignore_index=True)
+    v = (b["group"].to_numpy() // len(settings.classes)).astype(int)
+    ratio = pd.Series((b["end"] - b["start"]).to_numpy() / lat[v, b["samples"].to_numpy()])
+    med = ratio.groupby(v).median()
+    resid = np.log(ratio.to_numpy() / med.loc[v].to_numpy())
+    sigma = float(np.std(resid)) if len(resid) > 1 else 0.0
+    out = lat.copy()
+    for var, r in med.items():
+        out[var] *= r
+    return out, sigma, {"/".join(settings.variant_names(int(k))[:2]): round(float(r), 3) for k, r in med.items()}
+
+
+def real_stream(workload: dict[str, Any], settings, real_cfg: dict[str, Any], batch1_s: np.ndarray):
+    """The real run's requests: the workload's arrival process and mix at ``real.rate`` for
+    ``real.duration_s`` seconds (a different seed from train and test)."""
+    from hybridsched.kinds.serving.workload import generate_stream, to_requests
+
+    rate, duration = float(real_cfg.get("rate", 2.0)), float(real_cfg.get("duration_s", 30.0))
+    if not (rate > 0 and duration > 0):
+        raise HybridschedError(f"serving.real: rate and duration_s must be > 0, got {rate} and {duration}")
+    w = {**workload, "rate": rate, **({"mix": real_cfg["mix"]} if real_cfg.get("mix") else {})}
+    df = generate_stream(w, settings, max(1, int(round(rate * duration))), int(workload.get("seed", 0)) + 7, 0,
+                         batch1_s)
+    return to_requests(df, settings, "serving.real stream")
+
+
+def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
+    """Run ``serving.real.policies`` for real and in the simulator on one stream; write
+    ``sim_vs_real.{csv,md}`` and the real traces (``real_<policy>.parquet``) into ``out_dir``."""
+    from dataclasses import replace
+
+    from hybridsched.io import write_frame, write_text
+    from hybridsched.kinds.serving.latency import load_latency, table_source
+    from hybridsched.kinds.serving.metrics import check_trace
+    from hybridsched.kinds.serving.stages import _pred_table, settings_of
+
+    rc = dict(run.cfg["serving"].get("real") or {})
+    s = settings_of(run)
+    s = replace(s, lanes=int(rc.get("lanes", s.lanes)))
+    lat, _ = load_latency(s)
+    pred, pred_source = _pred_table(run, s, lat)
+    reqs = real_stream(run.cfg["workload"], s, rc, lat[:, 1])
+    E.check_inputs(reqs, s, lat, pred)
+    names = list(rc.get("policies") or ["fifo"])
+    policies = run.build_policies()
+    unknown = [p for p in names if p not in policies]
+    if unknown:
+        raise HybridschedError(f"serving.real.policies: {unknown[0]!r} is not among sim.policies.serving {list(policies)}")
+    real = {}
+    with tempfile.TemporaryDirectory(prefix="serving_real_") as work:
+        lanes = Lanes(s, np.unique(reqs.variant), s.lanes, work)
+        try:
+            lanes.warm_up()
+            for name in names:
+                real[name] = serve(reqs, s, policies[name], pred, lanes)
+        finally:
+            lanes.close()
+    cal_lat, sigma, factors = calibrated_table(lat, [t.batches for t in real.values()], s)
+    seed = int(run.cfg.get("sim", {}).get("seed", 0))
+    sims: dict[str, dict[str, pd.DataFrame]] = {"sim": {}, "cal": {}}
+    for name in names:
+        for prefix, table_, s_ in (("sim", lat, s), ("cal", cal_lat, replace(s, service_sigma=sigma))):
+            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed)
+            sims[prefix][name] = tr.requests
+            for what, t in (("real", real[name]), (f"simulated ({prefix})", tr)):
+                problems = check_trace(t.requests, t.batches, s)
+                if problems:
+                    raise HybridschedError(f"{what} trace of {name!r} is invalid: {'; '.join(problems)}")
+    table = compare_traces({k: t.requests for k, t in real.items()}, sims, s.classes)
+    out_dir = Path(out_dir)
+    write_frame(out_dir / "sim_vs_real.csv", table.round(4))
+    head = (f"Real vs simulated serving: {len(reqs)} requests at {float(rc.get('rate', 2.0))} req/s for "
+            f"{float(rc.get('duration_s', 30.0))} s, {s.lanes} lanes, scheduler's model: {pred_source}. "
+            f"`sim`: the simulator with the latency table {s.latency_table!r} ({table_source(s)}); `cal`: the same "
+            f"table scaled per variant by the median measured/table service ratio of this run {factors}, "
+            f"service noise sigma {sigma:.3f} (measured around those; configured {s.service_sigma}). "
+            f"gap = (sim - real) / real, target |gap| <= {TARGET_GAP:.0%}.\n\n")
+    write_text(out_dir / "sim_vs_real.md", head + table.round(3).to_markdown(index=False) + "\n")
+    for name, tr in real.items():
+        write_frame(out_dir / f"real_{name}.parquet", tr.requests)
+    return table

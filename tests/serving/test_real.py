@@ -1,0 +1,78 @@
+"""Real mode at a tiny scale: ResNet-18 (torch) on 2 CPU lanes for 2 s of arrivals, against
+the simulator on the same stream (real.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybridsched.kinds import get_kind
+from hybridsched.kinds.base import Run
+from hybridsched.kinds.serving.metrics import check_trace
+from hybridsched.kinds.serving.real import TARGET_GAP, calibrated_table, compare_traces
+from hybridsched.kinds.serving.settings import ServingSettings
+from tests.serving.conftest import dense, serving_cfg
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    cfg = serving_cfg(tmp_path, models={"resnet18": 80.0}, backends=["torch"], max_batch=4)
+    # a latency table of the order ResNet-18 takes on one CPU thread (the test does not profile: time)
+    table = tmp_path / "latency.csv"
+    pd.DataFrame({"model": "resnet18", "backend": "torch", "precision": "fp32", "batch": [1, 2, 4],
+                  "latency_ms": [60.0, 110.0, 210.0]}).to_csv(table, index=False)
+    cfg["serving"]["latency_table"] = str(table)
+    cfg["serving"]["predictor"]["use"] = "table"
+    cfg["serving"]["real"].update(duration_s=2.0, rate=2.0, lanes=2, policies=["fifo", "edf"])
+    cfg["workload"]["mix"] = {"models": {"resnet18": 1.0}, "classes": {"interactive": 0.5, "batch": 0.5}}
+    return cfg
+
+
+def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
+    kind = get_kind("serving")
+    run = Run(tiny, tracking=False)
+    table = kind.sim_vs_real(run)
+    out = tmp_path / "metrics" / "plots" / "kind"
+    assert (out / "sim_vs_real.csv").exists() and "sim_p95_gap" in (out / "sim_vs_real.md").read_text()
+    assert set(table["policy"]) == {"fifo", "edf"} and "all" in set(table["class"])
+    for name in ("fifo", "edf"):
+        tr = pd.read_parquet(out / f"real_{name}.parquet")
+        assert len(tr) == 4 and (tr["batch_id"] >= 0).all()  # every request served once, none dropped
+        assert (tr["start"] >= tr["arrival"]).all() and (tr["end"] > tr["start"]).all()
+        # the model really ran: ResNet-18 on one thread takes tens of ms, not microseconds
+        assert tr["service"].min() > 0.005
+        batches = tr.groupby("batch_id").agg(start=("start", "first"), end=("end", "first"), lane=("lane", "first"),
+                                             group=("group", "first"), samples=("size", "sum")).reset_index()
+        batches["tokens"] = 80.0 + 4.0 * batches["samples"]
+        s = kind.settings_of(run)
+        assert check_trace(tr, batches.assign(first=0, count=0), s) == []
+    row = table[(table["policy"] == "fifo") & (table["class"] == "all")].iloc[0]
+    assert row["real_p50_ms"] > 0 and row["sim_p50_ms"] > 0
+    assert np.isclose(row["sim_p50_gap"], (row["sim_p50_ms"] - row["real_p50_ms"]) / row["real_p50_ms"])
+    assert row["cal_p50_ms"] > 0 and "cal_p95_gap" in table
+
+
+def test_compare_traces_gap_and_target():
+    def trace(lat):
+        return pd.DataFrame({"cls": ["interactive"] * len(lat), "dropped": False, "latency": lat,
+                             "service": lat, "met_slo": True})
+
+    t = compare_traces({"fifo": trace([0.1, 0.2, 0.3])}, {"sim": {"fifo": trace([0.11, 0.22, 0.33])}}, ("interactive",))
+    assert np.allclose(t["sim_p50_gap"], 0.1) and t["sim_within"].all()
+    t = compare_traces({"fifo": trace([0.1, 0.2, 0.3])}, {"sim": {"fifo": trace([0.2, 0.4, 0.6])}}, ("interactive",))
+    assert np.allclose(t["sim_p95_gap"], 1.0) and not t["sim_within"].any() and TARGET_GAP == 0.15
+
+
+def test_calibrated_table_scales_each_variant_by_its_measured_ratio():
+    s = ServingSettings(models={"resnet18": 80.0}, backends=("torch", "onnx"), max_batch=4)
+    lat = dense(s)
+    # variant 0 (torch) ran twice as slow as the table, variant 1 (onnx) as the table says
+    b = pd.DataFrame({"group": [0, 1, 2], "samples": [1, 2, 1], "start": 0.0,
+                      "end": [2 * lat[0, 1], 2 * lat[0, 2], lat[1, 1]]})
+    cal, sigma, factors = calibrated_table(lat, [b], s)
+    assert sigma == 0.0  # each measured batch sits exactly on its variant's median ratio
+    assert np.allclose(cal[0], 2 * lat[0], equal_nan=True) and np.allclose(cal[1], lat[1], equal_nan=True)
+    assert factors == {"resnet18/torch": 2.0, "resnet18/onnx": 1.0}
