@@ -95,7 +95,9 @@ def check_group_options(argv: list[str], conf: Path = Path(__file__).resolve().p
     for arg in argv:
         group, sep, option = arg.lstrip("+~").partition("=")
         folder = conf / group
-        if not sep or "." in group or not folder.is_dir() or option in ("null", "") or "," in option:
+        if not sep or "." in group or group.startswith("hydra/") or not folder.is_dir():
+            continue  # a key, Hydra's own groups (plugins add options), or not a group
+        if option in ("null", "") or "," in option:
             continue
         if not (folder / f"{option}.yaml").is_file():
             known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
