@@ -8,8 +8,8 @@ from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 from tests.conftest import small_workload
 
 SPACE = {"eft_load": {"beta_cpu": {"low": 0.05, "high": 20.0, "log": True}, "backlog_s": [0.0, 20.0]}}
-CFG = {"policies": {"eft_load": {"_target_": "hybridsched.kinds.machine.policies.weighted.LoadAwareEFT",
-                                 "beta_cpu": 1.0, "beta_gpu": 0.5, "backlog_s": 2.0, "fraction_step": 0.1}}}
+CFG = {"policies": {"machine": {"eft_load": {"_target_": "hybridsched.kinds.machine.policies.weighted.LoadAwareEFT",
+                                             "beta_cpu": 1.0, "beta_gpu": 0.5, "backlog_s": 2.0, "fraction_step": 0.1}}}}
 
 
 def test_heuristic_target_is_tuned_and_never_worse_than_its_default(tmp_path):
@@ -18,7 +18,7 @@ def test_heuristic_target_is_tuned_and_never_worse_than_its_default(tmp_path):
     out = run_study(s, CFG, tasks, Cluster(n_gpus=2))
     assert out["n_complete"] == 4
     assert out["best"]["mean_latency"] <= out["default"]["mean_latency"]
-    assert set(out["tuned_config"]["policies"]["eft_load"]) == {"beta_cpu", "backlog_s"}
+    assert set(out["tuned_config"]["policies"]["machine"]["eft_load"]) == {"beta_cpu", "backlog_s"}
     again = run_study(s, CFG, tasks, Cluster(n_gpus=2))  # resumes: no new trials
     assert again["n_trials"] == 4
 
