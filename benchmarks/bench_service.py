@@ -35,7 +35,7 @@ def write_small_models(root: Path, cluster_cfg: dict) -> dict[str, Path]:
     from hybridsched.kinds.machine.engine import task_matrix
     from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model
     from hybridsched.kinds.machine.workload import WorkloadSpec, generate
-    from hybridsched.rl.dqn import DQNSettings, QNetwork, save_network
+    from hybridsched.kinds.machine.dqn import DQNSettings, QNetwork, save_network
 
     cluster = cluster_from_config(cluster_cfg)
     X = task_matrix(generate(WorkloadSpec(rate=6.0), 400, np.random.default_rng(1)), cluster)
