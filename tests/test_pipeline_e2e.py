@@ -17,10 +17,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
+# the copy lives in a temp dir, away from ../shared: point paths.traces at the real folder
+TRACES = {"HYBRIDSCHED_TRACES": os.environ.get("HYBRIDSCHED_TRACES", str(ROOT.parent / "shared" / "traces"))}
 
 
 def sh(*cmd: str, cwd: Path) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, **TRACES, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r.stdout
@@ -41,7 +43,8 @@ def project(tmp_path_factory) -> Path:
         shutil.copy2(template, dst / ".dvc" / template.name)
     from dvc.utils.hydra import compose_and_dump
 
-    compose_and_dump(str(dst / "params.yaml"), str(dst / "conf"), None, "config", str(dst), ["experiment=tiny"])
+    compose_and_dump(str(dst / "params.yaml"), str(dst / "conf"), None, "config", str(dst),
+                     ["experiment=tiny", f"paths.traces={TRACES['HYBRIDSCHED_TRACES']}"])
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         sh(*cmd, cwd=dst)
