@@ -92,7 +92,7 @@ def _json_default(o: Any) -> Any:
 
 # Wall-clock timings differ on every run: they go to stdout and MLflow, never into a file
 # under version control (a rerun must leave `git status` and `dvc status` clean).
-TIMING_KEYS = frozenset({"wall_s", "fit_s", "elapsed_s", "lp_solve_s"})
+TIMING_KEYS = frozenset({"wall_s", "fit_s", "elapsed_s", "lp_solve_s", "seconds_total"})
 
 
 def without_timings(obj: Any) -> Any:
