@@ -15,3 +15,10 @@ class ModelFileError(HybridschedError):
 
 class DataValidationError(HybridschedError):
     """A data file failed its expectation suite; the message lists every failed expectation."""
+
+
+def check_known_keys(given: object, known: object, setting: str) -> None:
+    """One line naming ``setting`` and the unknown keys, when ``given`` has keys not in ``known``."""
+    unknown = sorted(set(given) - set(known))  # type: ignore[call-overload]
+    if unknown:
+        raise HybridschedError(f"{setting}: unknown key(s) {unknown}; known: {sorted(known)}")  # type: ignore[type-var]

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hybridsched.errors import HybridschedError
+from hybridsched.errors import HybridschedError, check_known_keys
 from hybridsched.rl.replay import ReplayBuffer
 
 
@@ -69,9 +69,7 @@ class DQNSettings:
         """From a config mapping (the ``dqn`` group); an unknown key is an error naming it.
         ``model_dir`` (where the stage saves the model) is not a setting and is skipped."""
         names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names - {"model_dir"})
-        if unknown:
-            raise HybridschedError(f"dqn: unknown key(s) {unknown}; known: {sorted(names)}")
+        check_known_keys(set(d) - {"model_dir"}, names, "dqn")
         kw = {k: (tuple(float(x) for x in v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
         return cls(**kw)
 

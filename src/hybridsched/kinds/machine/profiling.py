@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.errors import HybridschedError
+from hybridsched.errors import HybridschedError, check_known_keys
 from hybridsched.io import atomic_path
 from hybridsched.progress import progress
 
@@ -60,10 +60,7 @@ class ProfileSettings:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSettings:
-        names = set(cls.__dataclass_fields__)
-        unknown = set(d) - names
-        if unknown:
-            raise HybridschedError(f"profile: unknown key(s) {sorted(unknown)}")
+        check_known_keys(d, cls.__dataclass_fields__, "profile")
         kw = {k: (tuple(int(n) for n in v) if k == "sizes" else v) for k, v in d.items()}
         return cls(**kw)
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.errors import HybridschedError
+from hybridsched.errors import HybridschedError, check_known_keys
 from hybridsched.kinds.machine.devices import Cluster, Realization
 from hybridsched.kinds.machine.engine import Trace, simulate
 from hybridsched.kinds.machine.metrics import finish_summary
@@ -64,10 +64,7 @@ class StreamSettings:
     def from_config(cls, d: dict[str, Any] | None) -> StreamSettings:
         """From the ``sim.stream`` mapping; unknown keys are an error."""
         d = dict(d or {})
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise HybridschedError(f"sim.stream: unknown key(s) {unknown}; known: {sorted(names)}")
+        check_known_keys(d, {f.name for f in fields(cls)}, "sim.stream")
         return cls(**d)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.errors import HybridschedError
+from hybridsched.errors import HybridschedError, check_known_keys
 
 IMAGE = (3, 224, 224)
 
@@ -44,10 +44,7 @@ class ProfileSettings:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSettings:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise HybridschedError(f"serving_profile: unknown key(s) {unknown}; known: {sorted(names)}")
+        check_known_keys(d, {f.name for f in fields(cls)}, "serving.profile")
         s = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
         bad = [m for m in s.models if m not in BUILDERS]
         if bad:

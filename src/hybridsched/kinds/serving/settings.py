@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.errors import HybridschedError
+from hybridsched.errors import HybridschedError, check_known_keys
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,7 @@ class ServingSettings:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServingSettings:
         """From the ``serving`` config block; an unknown key is an error naming it."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise HybridschedError(f"serving: unknown key(s) {unknown}; known: {sorted(names)}")
+        check_known_keys(d, {f.name for f in fields(cls)}, "serving")
         kw = {k: (tuple(v) if k in ("backends", "precisions", "classes") else v) for k, v in d.items()}
         if "models" in kw:
             kw["models"] = {str(k): float(v) for k, v in kw["models"].items()}
