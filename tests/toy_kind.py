@@ -60,6 +60,7 @@ def profile(run: Run) -> dict: return _stub(run, "profile")
 def validate(run: Run) -> dict: return _stub(run, "validation")
 def train_rf(run: Run) -> dict: return _stub(run, "train_rf")
 def train_dqn(run: Run) -> dict: return _stub(run, "train_dqn")
+def train_cem(run: Run) -> dict: return _stub(run, "train_cem")
 def tune(run: Run) -> dict: return _stub(run, "tune")
 
 

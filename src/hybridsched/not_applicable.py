@@ -21,3 +21,17 @@ def write_placeholders(pngs: list[Path], text: str) -> list[Path]:
         ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
         out.append(save_axes(ax, path))
     return out
+
+
+def skip_train_cem(run, reason: str) -> dict:  # noqa: ANN001 (a kinds.base.Run; no import cycle)
+    """The train_cem stage's outputs for a kind without a ``cem`` policy: the model folder
+    with a ``skipped.json``, ``metrics/train_cem.json`` with the reason, and the curve's header."""
+    from hybridsched.io import atomic_dir, write_json, write_text
+
+    with atomic_dir(run.cfg["cem"]["model_dir"]) as tmp:
+        write_json(tmp / "skipped.json", {"skipped": reason})
+    summary = {"skipped": reason}
+    write_json(run.metrics_dir / "train_cem.json", summary)
+    write_text(run.metrics_dir / "plots" / "train_cem.csv", "generation,mean_cost,elite_cost\n")
+    print(f"train_cem: {reason}")
+    return summary

@@ -18,7 +18,7 @@ from typing import Any
 
 # every kind defines these, with the signature ``fn(run: Run)``; ``check_config`` raises on
 # a bad setting before anything runs (the DVC stage ``check``)
-STAGES = ("check_config", "profile", "generate", "validate", "train_rf", "train_dqn", "tune", "simulate", "evaluate")
+STAGES = ("check_config", "profile", "generate", "validate", "train_rf", "train_dqn", "train_cem", "tune", "simulate", "evaluate")
 
 
 @dataclass

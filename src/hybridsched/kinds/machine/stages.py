@@ -40,6 +40,7 @@ def _tasks(run: Run, split: str, cluster: Cluster) -> TaskTable:
 def check_config(run: Run) -> None:
     """Every setting this kind reads, checked before the pipeline runs anything (stage
     ``check``): a bad value fails here, with one line, before DVC deletes any output."""
+    from hybridsched.rl.cem import CEMSettings
     from hybridsched.kinds.machine.dqn import DQNSettings
     from hybridsched.kinds.machine.tuning import TuneSettings
     from hybridsched.kinds.machine.workload import spec_from_config
@@ -56,6 +57,7 @@ def check_config(run: Run) -> None:
     TuneSettings.from_dict(run.cfg["tune"])
     for spec in run.policy_specs().values():
         instantiate(spec)
+    CEMSettings.from_dict(run.cfg["cem"])
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -168,6 +170,13 @@ def train_dqn(run: Run) -> dict:
     print(f"train_dqn: {metrics['episodes']} episodes on {metrics['n_train']} tasks in {metrics['wall_s']:.1f} s; "
           f"final mean reward {metrics['final_mean_reward']:.3f}, train mean latency {metrics['final_train_mean_latency']:.3f} s")
     return metrics
+
+
+def train_cem(run: Run) -> dict:
+    """No ``cem`` policy on this kind: the stage's outputs say why."""
+    from hybridsched.not_applicable import skip_train_cem
+
+    return skip_train_cem(run, "not run yet: the machine kind's `cem` scorer is being built")
 
 
 def tune(run: Run) -> dict:

@@ -196,6 +196,13 @@ def train_dqn(run: Run) -> dict[str, Any]:
     return metrics
 
 
+def train_cem(run: Run) -> dict:
+    """No ``cem`` policy on this kind: the stage's outputs say why."""
+    from hybridsched.not_applicable import skip_train_cem
+
+    return skip_train_cem(run, "not run: the serving kind has no `cem` policy (its learned dispatcher is the DQN)")
+
+
 def tune(run: Run) -> dict[str, Any]:
     """Optuna over window, max batch, lanes and the dynamic weights; best_params.yaml and plots."""
     import yaml
