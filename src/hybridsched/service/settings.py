@@ -12,6 +12,7 @@ Any other field can be set as ``HYBRIDSCHED_<FIELD>`` too (e.g. ``HYBRIDSCHED_SP
 
 from __future__ import annotations
 
+import functools
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
@@ -108,21 +109,26 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> di
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=4)
 def machine_workloads(conf_dir: Path = CONF_DIR) -> dict[str, dict[str, Any]]:
-    """Name -> config of every workload of the machine kind in ``conf/workload/``."""
-    import yaml
+    """Name -> composed ``workload`` block of every machine-kind option in ``conf/workload/``
+    (Hydra composes each, so a scenario's defaults list and interpolations mean what they
+    mean in the pipeline).  Cached: the options change only with the code."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
 
     out: dict[str, dict[str, Any]] = {}
-    for path in sorted((conf_dir / "workload").glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text()) or {}
-        if raw.get("kind", "machine") != "machine":
-            continue
-        merged: dict[str, Any] = {}
-        for parent in raw.get("defaults", []) or []:  # the scenarios extend `default` by a defaults list
-            if isinstance(parent, str) and parent != "_self_":
-                merged.update(yaml.safe_load((conf_dir / "workload" / f"{parent}.yaml").read_text()) or {})
-        merged.update({k: v for k, v in raw.items() if k != "defaults"})
-        out[path.stem] = merged
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
+            for path in sorted((conf_dir / "workload").glob("*.yaml")):
+                w = hydra_compose(f"workload/{path.stem}")["workload"]  # the group alone: fast
+                if w.get("kind", "machine") == "machine":
+                    out[path.stem] = OmegaConf.to_container(w, resolve=True)  # type: ignore[assignment]
+    finally:
+        GlobalHydra.instance().clear()
     return out
 
 
