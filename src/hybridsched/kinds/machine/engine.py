@@ -92,7 +92,8 @@ def task_matrix(tasks: TaskTable, cluster: Cluster) -> np.ndarray:
 
 # Not cached on disk: numba's cache index pickles the dispatcher type of `decide`, which
 # breaks when another process compiled it for a policy this process has not imported.
-@njit
+# nogil: a streaming run generates the next chunk in another thread while this one runs.
+@njit(nogil=True)
 def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w,
          root_order, child_ptr, child_idx, pending,
          est, true_free, ready, state, rh_t, rh_i, ch_t, ch_i, obs, observe_every,

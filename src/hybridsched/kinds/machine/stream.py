@@ -107,6 +107,20 @@ def chunks(spec: WorkloadSpec, n: int, seed: int, noise_seed: int, cluster: Clus
         yield _concat(buf)
 
 
+def prefetch(items: Iterator[Any]) -> Iterator[Any]:
+    """``items``, each produced in a worker thread while the caller works on the previous one
+    (numpy's generators and the engine release the GIL).  One item waits at most, so memory
+    stays bounded; the order and the items are those of ``items``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    done = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as pool:
+        nxt = pool.submit(next, items, done)
+        while (item := nxt.result()) is not done:
+            nxt = pool.submit(next, items, done)
+            yield item
+
+
 def workload(spec: WorkloadSpec, n: int, seed: int, noise_seed: int, cluster: Cluster
              ) -> tuple[TaskTable, Realization]:
     """All ``n`` tasks of a stream at once: the in-memory run of the same workload."""
@@ -221,7 +235,7 @@ def run_stream(spec: WorkloadSpec, n: int, seed: int, noise_seed: int, cluster: 
         raise HybridschedError("sim.stream.write_trace is true but no trace path was given")
     summary = StreamSummary(cluster, settings.relative_accuracy)
     devices = np.zeros((2, cluster.n_devices))  # believed and true free times, carried across chunks
-    work = chunks(spec, n, seed, noise_seed, cluster, int(settings.chunk_size))
+    work = prefetch(chunks(spec, n, seed, noise_seed, cluster, int(settings.chunk_size)))
     if not settings.write_trace:
         for tasks, real in work:
             summary.add(simulate(tasks, cluster, policy, real, devices=devices))
