@@ -73,7 +73,7 @@ def test_training_draws_cover_the_ranges_and_never_use_the_heldout_seed():
 
 
 def test_bad_machine_settings_fail_with_one_line():
-    with pytest.raises(HybridschedError, match=r"cem.machine.load: \(1.2, 0.5\)"):
+    with pytest.raises(HybridschedError, match=r"cem.machine.load: \[1.2, 0.5\]"):
         MachineCEMSettings.from_dict({"load": [1.2, 0.5]})
     with pytest.raises(HybridschedError, match="unknown key"):
         MachineCEMSettings.from_dict({"scenarioz": 3})

@@ -37,8 +37,8 @@ class MachineCEMSettings:
     """The ``cem.machine`` block: what the search trains on.  Ranges are ``[lo, hi]``, drawn
     uniformly, or log-uniformly for the ``*_log`` ones."""
 
-    scenarios: int = 6                  # workloads per generation
-    tasks: int = 1200                   # tasks per workload
+    scenarios: int = 8                  # workloads per generation
+    tasks: int = 2000                   # tasks per workload
     validation_scenarios: int = 12      # draws of a separate stream, scored once at the end
     hidden: int = 2                     # tanh units in the scorer (0: linear only)
     fraction_step: float = 0.05
@@ -46,7 +46,7 @@ class MachineCEMSettings:
     intensity_low: tuple[float, float] = (0.0, 0.7)
     intensity_width: tuple[float, float] = (0.2, 1.0)
     memory_low_mb_log: tuple[float, float] = (50.0, 4000.0)
-    memory_ratio_log: tuple[float, float] = (2.0, 30.0)
+    memory_ratio_log: tuple[float, float] = (2.0, 300.0)
     size_high_log: tuple[float, float] = (50.0, 800.0)
     burst_amplitude: tuple[float, float] = (0.0, 0.8)
     burst_period_s: float = 300.0
@@ -68,7 +68,8 @@ class MachineCEMSettings:
                    ("dag_job_size", self.dag_job_size[0] >= 2)]
         for name, ok in checks:
             if not ok:
-                raise HybridschedError(f"cem.machine.{name}: {getattr(self, name)!r} is out of range")
+                v = getattr(self, name)
+                raise HybridschedError(f"cem.machine.{name}: {list(v) if isinstance(v, tuple) else v} is out of range")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> MachineCEMSettings:

@@ -34,7 +34,7 @@ from hybridsched.kinds.machine.bounds import best_alone_seconds
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, INTENSITY, MAX_F, MEMORY
 from hybridsched.kinds.machine.policies.base import fraction_grid
 from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
-from hybridsched.kinds.machine.policies.weighted import WeightedEFT
+from hybridsched.kinds.machine.policies.weighted import WeightedEFT, candidate, weighted_cost
 
 MODEL_FILE = "model.json"
 # The extra linear terms, in the order of the ``lin`` weights (docs/quality.md, "Learned policy: cem").
@@ -44,6 +44,7 @@ HIDDEN_INPUTS = ("f", "cpu_busy", "gpu_busy", "finish", "cpu_backlog", "gpu_back
 N_LIN, N_IN = len(LINEAR), len(HIDDEN_INPUTS)
 
 # params layout: _weighted's head, then the learned part, then the fraction grid
+# (the first ten slots are weighted.py's, so its cost function reads them)
 _LAUNCH, _ALPHA, _B_CPU, _B_GPU, _B_TR, _GAMMA, _W_CPU, _W_GPU, _RATE, _BACKLOG, _N_HID = range(11)
 _HEAD = 11
 # pdata columns
@@ -93,23 +94,15 @@ def _cem_scorer(i, t, est, true_free, X, pdata, params):
         f = params[k]
         if f > X[i, MAX_F]:
             break
-        cpu_busy = (1.0 - f) * c_s
-        gpu_busy = params[_LAUNCH] + f * g_s if f > 0.0 else 0.0
-        fin = t
-        if f < 1.0:
-            fin = cpu_free + cpu_busy
-        if f > 0.0:
-            fin = max(fin, gpu_free + gpu_busy)
+        cpu_busy, gpu_busy, fin = candidate(f, t, c_s, g_s, cpu_free, gpu_free, params[_LAUNCH])
         energy = params[_W_CPU] * cpu_busy + params[_W_GPU] * gpu_busy
-        # eft_rank's cost, in the same order of operations as _weighted
-        cost = (w * (fin - t) + s * (params[_B_CPU] * cpu_busy + params[_B_GPU] * gpu_busy)
-                + params[_B_TR] * f * tr + params[_GAMMA] * energy)
+        cost = weighted_cost(params, w, s, t, f, tr, cpu_busy, gpu_busy, fin)  # eft_rank's, bit for bit
         cost += (params[lin] * cpu_busy + params[lin + 1] * gpu_busy
                  + params[lin + 2] * cpu_busy * cpu_load + params[lin + 3] * gpu_busy * gpu_load
                  + params[lin + 4] * (fin - t) * s + params[lin + 5] * (fin - t) * rel / (1.0 + rel)
                  + params[lin + 6] * cpu_busy * gpu_idle + params[lin + 7] * gpu_busy * cpu_idle
                  + params[lin + 8] * gpu_busy * cap + params[lin + 9] * f * tr
-                 + params[lin + 10] * energy / params[_W_GPU])
+                 + params[lin + 10] * energy / (params[_W_GPU] + 1e-12))
         for h in range(n_hid):
             o = hid + h * (N_IN + 2)
             z = (params[o] * f + params[o + 1] * cpu_busy / m + params[o + 2] * gpu_busy / m
