@@ -9,6 +9,11 @@ models and tuned weights unchanged.
 
     python -m benchmarks.quality_eval --out metrics/quality            # all, ~20-40 min on 2 cores
     python -m benchmarks.quality_eval --workloads default --heldout 0 --trials 10
+    python -m benchmarks.quality_eval --trials 0 --no-learned --no-lp      # heuristics + cem, no LP
+
+The ``cem`` scorer is trained once on a workload mixture (stage train_cem) and is evaluated
+unchanged everywhere, from ``--cem-model`` (default models/cem); ``<out>/cem_actions.csv``
+says how it splits work by task intensity against eft_rank's.
 
 Writes ``<out>/<workload>.csv``, ``<out>/tuned_<workloads>.json`` and ``<out>/quality.md`` (over
 every csv in ``<out>``, so runs of separate workloads add up).
@@ -91,6 +96,27 @@ def factories(cfg: dict[str, Any], tuned: dict[str, Any], learned: dict[str, Any
     return {**out, **learned}
 
 
+def cem_factory(model_dir: str):
+    """The trained cem scorer, unchanged on every workload."""
+    from hybridsched.kinds.machine.policies.scorer import CEMScorer
+
+    return lambda: CEMScorer(model_dir=model_dir)
+
+
+def action_frequencies(tasks, cluster: Cluster, pols: dict[str, Any], seed: int, names=("eft_rank", "cem")) -> pd.DataFrame:
+    """Mean share of each task run on the CPU (1 - f), by task-intensity bin, per policy."""
+    from hybridsched.kinds.machine.sim import simulate
+
+    real = cluster.sample_noise(len(tasks), np.random.default_rng(seed))
+    bins = pd.cut(tasks.intensity, np.linspace(0, 1, 6), include_lowest=True)
+    cols = {}
+    for name in names:
+        if name in pols:
+            tr = simulate(tasks, cluster, pols[name](), real)
+            cols[name] = pd.Series(1.0 - tr.fraction).groupby(bins, observed=False).mean()
+    return pd.DataFrame(cols).assign(n_tasks=pd.Series(1, index=range(len(tasks))).groupby(bins, observed=False).sum())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -99,11 +125,14 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=30, help="Optuna trials per heuristic (0: the YAML weights)")
     ap.add_argument("--dqn-episodes", type=int, default=None, help="default: dqn.episodes of the config")
     ap.add_argument("--no-learned", action="store_true", help="heuristics and bounds only (no training)")
+    ap.add_argument("--no-lp", action="store_true", help="solo bound only (the LP takes minutes per workload)")
+    ap.add_argument("--cem-model", default="models/cem", help="the trained cem scorer (stage train_cem)")
     ap.add_argument("--out", default="metrics/quality")
     args = ap.parse_args()
     out = Path(args.out)
     tables, all_tuned = {}, {}
     default_kit = None
+    actions = []
     for wname in [w for w in args.workloads.split(",") if w]:
         t0 = time.perf_counter()
         cfg = compose(WORKLOADS[wname])
@@ -114,8 +143,9 @@ def main() -> None:
         if not tuned:  # no tuning here: the weights in the YAMLs (tuned on the default workload)
             tuned = {n: {"params": {}} for n in cfg["tune"]["spaces"]}
         learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
-        pols = factories(cfg, tuned, learned)
-        table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]))
+        pols = {**factories(cfg, tuned, learned), "cem": cem_factory(args.cem_model)}
+        table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]), lp=not args.no_lp)
+        actions.append(action_frequencies(test, cluster, pols, int(cfg["sim"]["seed"])).assign(workload=wname))
         tables[wname], all_tuned[wname] = table.assign(workload=wname), tuned
         write_frame(out / f"{wname}.csv", tables[wname])
         print(f"{wname}: {time.perf_counter() - t0:.0f} s, LP {table['lp_solve_s'].iloc[0]:.1f} s")
@@ -127,20 +157,22 @@ def main() -> None:
             cfg = compose([])
             cluster = cluster_from_config(cfg["cluster"])
             yaml_tuned = {n: (lambda n=n: instantiate(cfg["policies"]["machine"][n])) for n in cfg["tune"]["spaces"]}
-            default_kit = (cfg, cluster, {**factories(cfg, {}, {}), **yaml_tuned})
+            default_kit = (cfg, cluster, {**factories(cfg, {}, {}), **yaml_tuned, "cem": cem_factory(args.cem_model)})
         cfg, cluster, pols = default_kit
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
             spec = WorkloadSpec(**{key: v for key, v in w.items() if key not in ("name", "offered_load")})
             tasks = generate(spec, args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
-            table = evaluate_workload(tasks, cluster, pols, k).assign(workload=w["name"], offered_load=w["offered_load"])
+            table = evaluate_workload(tasks, cluster, pols, k, lp=not args.no_lp).assign(workload=w["name"], offered_load=w["offered_load"])
             tables[w["name"]] = table
             write_frame(out / f"{w['name']}.csv", table)
             print(f"{w['name']} (load {w['offered_load']:.2f}):")
             print(table[["policy", "mean_latency", "vs_bound"]].round(3).to_string(index=False))
         write_json(out / "heldout_workloads.json", heldout_workloads(args.heldout, cluster))
+    if actions:
+        write_frame(out / "cem_actions.csv", pd.concat(actions).rename_axis("intensity").reset_index().astype({"intensity": str}))
     write_json(out / f"tuned_{args.workloads.replace(',', '_')}.json", all_tuned)
     # every table in the folder, so separate runs (e.g. one per workload) add up to one summary
-    tables = {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv"))}
+    tables = {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv")) if p.stem != "cem_actions"}
     write_text(out / "quality.md", summary_markdown(tables))
 
 

@@ -40,8 +40,9 @@ def _tasks(run: Run, split: str, cluster: Cluster) -> TaskTable:
 def check_config(run: Run) -> None:
     """Every setting this kind reads, checked before the pipeline runs anything (stage
     ``check``): a bad value fails here, with one line, before DVC deletes any output."""
-    from hybridsched.rl.cem import CEMSettings
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings, check_seed
     from hybridsched.kinds.machine.dqn import DQNSettings
+    from hybridsched.rl.cem import CEMSettings
     from hybridsched.kinds.machine.tuning import TuneSettings
     from hybridsched.kinds.machine.workload import spec_from_config
 
@@ -57,7 +58,8 @@ def check_config(run: Run) -> None:
     TuneSettings.from_dict(run.cfg["tune"])
     for spec in run.policy_specs().values():
         instantiate(spec)
-    CEMSettings.from_dict(run.cfg["cem"])
+    check_seed(CEMSettings.from_dict(run.cfg["cem"]).seed)
+    MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -173,10 +175,39 @@ def train_dqn(run: Run) -> dict:
 
 
 def train_cem(run: Run) -> dict:
-    """No ``cem`` policy on this kind: the stage's outputs say why."""
-    from hybridsched.not_applicable import skip_train_cem
+    """Search the ``cem`` scorer's weights with the cross-entropy method on a mixture of
+    workloads (``cem.machine``), from eft_rank's weights (``policies.machine.eft_rank``):
+    ``cem.model_dir/model.json``, metrics/train_cem.json and the per-generation curve
+    metrics/plots/train_cem.csv."""
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings, model_from_theta, train_scorer
+    from hybridsched.kinds.machine.policies.scorer import HIDDEN_INPUTS, LINEAR, MODEL_FILE, base_from_eft_rank
+    from hybridsched.rl.cem import CEMSettings
 
-    return skip_train_cem(run, "not run yet: the machine kind's `cem` scorer is being built")
+    search = CEMSettings.from_dict(run.cfg["cem"])
+    settings = MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
+    base0 = base_from_eft_rank(run.cfg["policies"]["machine"]["eft_rank"])
+    result, valid = train_scorer(base0, search, settings, _cluster(run))
+    model = {**model_from_theta(result.theta, base0, settings), "linear_terms": list(LINEAR),
+             "hidden_inputs": list(HIDDEN_INPUTS), "start": "eft_rank", "start_weights": base0,
+             "theta": result.theta.tolist(), "search": search.to_dict(), "machine": settings.to_dict()}
+    with atomic_dir(run.cfg["cem"]["model_dir"]) as tmp:
+        write_json(tmp / MODEL_FILE, model)
+    curve = pd.DataFrame(result.history)
+    first, last = result.history[0], result.history[-1]
+    metrics = {"generations": search.generations, "population": search.population, "dim": int(result.theta.size),
+               "scenarios_per_generation": settings.scenarios, "tasks_per_scenario": settings.tasks,
+               "decisions": search.generations * (search.population + 1) * settings.scenarios * settings.tasks,
+               "first_mean_cost": first["mean_cost"], "final_mean_cost": last["mean_cost"],
+               "final_elite_cost": last["elite_cost"], "validation_cost": valid, "wall_s": round(result.wall_s, 2)}
+    write_json(run.metrics_dir / "train_cem.json", without_timings(metrics))
+    write_frame(run.metrics_dir / "plots" / "train_cem.csv", curve.drop(columns=list(TIMING_KEYS & set(curve))).round(6))
+    run.track("train_cem", metrics, [run.metrics_dir / "train_cem.json", run.metrics_dir / "plots" / "train_cem.csv",
+                                     Path(run.cfg["cem"]["model_dir"]) / MODEL_FILE])
+    v = f"; validation cost {valid['cem']:.3f} (eft_rank 1.000)" if valid else ""
+    print(f"train_cem: {search.generations} generations x {search.population} on {settings.scenarios} workloads "
+          f"of {settings.tasks} tasks in {result.wall_s:.1f} s; mean cost {first['mean_cost']:.3f} -> "
+          f"{last['mean_cost']:.3f} (latency / eft_rank's){v}")
+    return metrics
 
 
 def tune(run: Run) -> dict:

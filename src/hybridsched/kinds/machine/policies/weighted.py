@@ -37,6 +37,26 @@ _LAUNCH, _ALPHA, _B_CPU, _B_GPU, _B_TR, _GAMMA, _W_CPU, _W_GPU, _RATE, _BACKLOG 
 _N_PARAMS = 10
 
 
+@njit
+def candidate(f, t, c_s, g_s, cpu_free, gpu_free, launch):
+    """(cpu_busy, gpu_busy, believed finish) of split ``f`` on the believed free times."""
+    cpu_busy = (1.0 - f) * c_s
+    gpu_busy = launch + f * g_s if f > 0.0 else 0.0
+    fin = t
+    if f < 1.0:
+        fin = cpu_free + cpu_busy
+    if f > 0.0:
+        fin = max(fin, gpu_free + gpu_busy)
+    return cpu_busy, gpu_busy, fin
+
+
+@njit
+def weighted_cost(params, w, s, t, f, tr, cpu_busy, gpu_busy, fin):
+    """The weighted-EFT cost of one candidate (``params`` in this module's layout)."""
+    return (w * (fin - t) + s * (params[_B_CPU] * cpu_busy + params[_B_GPU] * gpu_busy)
+            + params[_B_TR] * f * tr + params[_GAMMA] * (params[_W_CPU] * cpu_busy + params[_W_GPU] * gpu_busy))
+
+
 @njit  # not disk-cached: numba would not see edits to callees in other files
 def _weighted(i, t, est, true_free, X, pdata, params):
     g = least_loaded_gpu(est, t)
@@ -59,15 +79,8 @@ def _weighted(i, t, est, true_free, X, pdata, params):
         f = params[k]
         if f > X[i, MAX_F]:
             break
-        cpu_busy = (1.0 - f) * c_s
-        gpu_busy = params[_LAUNCH] + f * g_s if f > 0.0 else 0.0
-        fin = t
-        if f < 1.0:
-            fin = cpu_free + cpu_busy
-        if f > 0.0:
-            fin = max(fin, gpu_free + gpu_busy)
-        cost = (w * (fin - t) + s * (params[_B_CPU] * cpu_busy + params[_B_GPU] * gpu_busy)
-                + params[_B_TR] * f * tr + params[_GAMMA] * (params[_W_CPU] * cpu_busy + params[_W_GPU] * gpu_busy))
+        cpu_busy, gpu_busy, fin = candidate(f, t, c_s, g_s, cpu_free, gpu_free, params[_LAUNCH])
+        cost = weighted_cost(params, w, s, t, f, tr, cpu_busy, gpu_busy, fin)
         if cost < best:
             best = cost
             best_f = f
