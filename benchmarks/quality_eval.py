@@ -184,7 +184,7 @@ def main() -> None:
             default_kit = (cfg, cluster, {**factories(cfg, {}, learned), **yaml_tuned, "cem": cem_factory(args.cem_model)})
         cfg, cluster, pols = default_kit
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
-            spec = WorkloadSpec(**{key: v for key, v in w.items() if key not in ("name", "offered_load")})
+            spec = heldout_spec(w)
             tasks = generate(spec, args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
             table = evaluate_workload(tasks, cluster, pols, k, lp=lp).assign(workload=w["name"], offered_load=w["offered_load"])
             tables[w["name"]] = table
@@ -198,6 +198,11 @@ def main() -> None:
     # every table in the folder, so separate runs (e.g. one per workload) add up to one summary
     tables = {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv")) if p.stem != "cem_actions"}
     write_text(out / "quality.md", summary_markdown(tables))
+
+
+def heldout_spec(draw: dict[str, Any]) -> WorkloadSpec:
+    """The WorkloadSpec of one held-out draw (``scenarios.heldout_workloads``)."""
+    return WorkloadSpec(**{key: v for key, v in draw.items() if key not in ("name", "offered_load")})
 
 
 def lp_grid(args: argparse.Namespace) -> LPSettings | bool:
