@@ -7,14 +7,14 @@
   stream ``[7, k]``, never the test stream ``k``), then run on the test split;
 - ``in_sample``: tuned on the test split itself, with the evaluation's noise draw, trial 0 =
   the YAML weights. Not a fair policy: it is the ceiling of any fixed-weight rule of the family
-  on that workload (up to the search's ``--trials``).
+  on that workload (up to the search's ``--ceiling-trials``).
 
 and the clairvoyant ``oracle_rank`` (eft_rank's cost on the true run times and device free
 times, as ``oracle`` is to ``eft``), with the YAML weights. Test splits and noise seeds as in
 ``benchmarks.quality_eval`` (named workloads: noise seed ``sim.seed``; held-out draw k: tasks
 and noise from seed k).
 
-    python -m benchmarks.quality_headroom --trials 20 --heldout 5     # ~15 min on 2 loaded cores
+    python -m benchmarks.quality_headroom --trials 20 --ceiling-trials 40 --heldout 5   # ~10 min on 2 loaded cores
 
 Writes ``<out>/headroom.csv`` and metrics/quality_headroom.json (benchmarks.common.report).
 """
@@ -52,8 +52,7 @@ def tune_own(cfg: dict[str, Any], train, cluster: Cluster, trials: int) -> dict[
     """eft_rank's config tuned by the project's study on ``train`` (its validation part)."""
     storage = str(Path(tempfile.mkdtemp(prefix="headroom-")) / "study.journal")
     s = TuneSettings.from_dict({**cfg["tune"], "target": TARGET, "n_trials": trials, "n_jobs": 1, "storage": storage})
-    best = run_study(s, cfg, train, cluster)["best_params"]
-    return merge(cfg["policies"]["machine"][TARGET], best.get("policies", {}).get("machine", {}).get(TARGET, {}))
+    return merge(cfg["policies"]["machine"][TARGET], run_study(s, cfg, train, cluster)["best_params"])
 
 
 def tune_in_sample(cfg: dict[str, Any], tasks, cluster: Cluster, real, trials: int) -> float:
@@ -70,13 +69,14 @@ def tune_in_sample(cfg: dict[str, Any], tasks, cluster: Cluster, real, trials: i
     return float(study.best_value)
 
 
-def row(name: str, cfg: dict[str, Any], train, test, cluster: Cluster, seed: int, trials: int) -> dict[str, Any]:
+def row(name: str, cfg: dict[str, Any], train, test, cluster: Cluster, seed: int, trials: int,
+        ceiling_trials: int) -> dict[str, Any]:
     """The four eft_rank figures on one workload."""
     real = cluster.sample_noise(len(test), np.random.default_rng(seed))
     base = cfg["policies"]["machine"][TARGET]
     cross = mean_latency(base, test, cluster, real)
     own = mean_latency(tune_own(cfg, train, cluster, trials), test, cluster, real)
-    ceiling = tune_in_sample(cfg, test, cluster, real, trials)
+    ceiling = tune_in_sample(cfg, test, cluster, real, ceiling_trials)
     oracle = mean_latency({**base, "_target_": "hybridsched.kinds.machine.policies.weighted.OracleRankEFT"},
                           test, cluster, real)
     out = {"workload": name, "cross": cross, "own": own, "in_sample": ceiling, "oracle_rank": oracle,
@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--heldout", type=int, default=5)
     ap.add_argument("--heldout-tasks", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=20, help="Optuna trials per study (trial 0 = the YAML weights)")
+    ap.add_argument("--ceiling-trials", type=int, default=40, help="TPE trials of the in-sample search")
     ap.add_argument("--out", default="metrics/quality")
     args = ap.parse_args()
     rows = []
@@ -98,7 +99,7 @@ def main() -> None:
         cfg = compose(WORKLOADS[wname])
         cluster = cluster_from_config(cfg["cluster"])
         train, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
-        rows.append(row(wname, cfg, train, test, cluster, int(cfg["sim"]["seed"]), args.trials))
+        rows.append(row(wname, cfg, train, test, cluster, int(cfg["sim"]["seed"]), args.trials, args.ceiling_trials))
     if args.heldout:
         cfg = compose([])
         cluster = cluster_from_config(cfg["cluster"])
@@ -106,9 +107,9 @@ def main() -> None:
             spec = heldout_spec(w)
             test = generate(spec, args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
             train = generate(spec, args.heldout_tasks, np.random.default_rng([7, k]), cpu_gflops=cluster.cpu_gflops)
-            rows.append(row(w["name"], cfg, train, test, cluster, k, args.trials))
+            rows.append(row(w["name"], cfg, train, test, cluster, k, args.trials, args.ceiling_trials))
     write_frame(Path(args.out) / "headroom.csv", pd.DataFrame(rows))
-    report("quality_headroom", rows, {"trials": args.trials})
+    report("quality_headroom", rows, {"trials": args.trials, "ceiling_trials": args.ceiling_trials})
 
 
 if __name__ == "__main__":
