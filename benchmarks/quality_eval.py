@@ -84,7 +84,7 @@ def pipeline_models(cfg: dict[str, Any], models: Path) -> dict[str, Any]:
     for sub in ("rf", "dqn"):
         if not (models / sub).is_dir():
             raise HybridschedError(f"--learned-from: no trained model at {models / sub} (run train_rf and train_dqn)")
-    dirs = {"hybrid_ml": "rf", "hybrid_ml_static": "rf", "dqn": "dqn", "dqn_online": "dqn"}
+    dirs = {"hybrid_ml": "rf", "hybrid_ml_static": "rf", "hybrid_ml_own": "rf", "dqn": "dqn", "dqn_online": "dqn"}
     specs = {name: {**cfg["policies"]["machine"][name], "model_dir": str(models / sub)} for name, sub in dirs.items()}
     return {name: (lambda spec=spec: instantiate(spec)) for name, spec in specs.items()}
 
