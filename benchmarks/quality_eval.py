@@ -146,6 +146,7 @@ def main() -> None:
                     help="evaluate the pipeline's trained models (DIR/rf, DIR/dqn; e.g. models) unchanged on every "
                          "workload, instead of training hybrid_ml and dqn per workload")
     ap.add_argument("--cem-model", default="models/cem", help="the trained cem scorer (stage train_cem)")
+    ap.add_argument("--only", default=None, help="comma-separated policy names to run (default: all)")
     ap.add_argument("--out", default="metrics/quality")
     args = ap.parse_args()
     out = Path(args.out)
@@ -166,7 +167,7 @@ def main() -> None:
             learned = pipeline_models(cfg, Path(args.learned_from))
         else:
             learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
-        pols = {**factories(cfg, tuned, learned), "cem": cem_factory(args.cem_model)}
+        pols = only(args, {**factories(cfg, tuned, learned), "cem": cem_factory(args.cem_model)})
         table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]), lp=lp)
         actions.append(action_frequencies(test, cluster, pols, int(cfg["sim"]["seed"])).assign(workload=wname))
         tables[wname], all_tuned[wname] = table.assign(workload=wname), tuned
@@ -183,6 +184,7 @@ def main() -> None:
             learned = pipeline_models(cfg, Path(args.learned_from)) if args.learned_from else {}
             default_kit = (cfg, cluster, {**factories(cfg, {}, learned), **yaml_tuned, "cem": cem_factory(args.cem_model)})
         cfg, cluster, pols = default_kit
+        pols = only(args, pols)
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
             spec = heldout_spec(w)
             tasks = generate(spec, args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
@@ -198,6 +200,17 @@ def main() -> None:
     # every table in the folder, so separate runs (e.g. one per workload) add up to one summary
     tables = {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv")) if p.stem != "cem_actions"}
     write_text(out / "quality.md", summary_markdown(tables))
+
+
+def only(args: argparse.Namespace, pols: dict[str, Any]) -> dict[str, Any]:
+    """The policies named by ``--only`` (all without it); an unknown name is an error."""
+    if not args.only:
+        return pols
+    names = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(names) - set(pols))
+    if unknown:
+        raise HybridschedError(f"--only: unknown policies {unknown}; known: {sorted(pols)}")
+    return {n: pols[n] for n in names}
 
 
 def heldout_spec(draw: dict[str, Any]) -> WorkloadSpec:
