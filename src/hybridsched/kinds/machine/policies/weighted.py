@@ -32,6 +32,7 @@ from hybridsched.kinds.machine.devices import Realization
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, MEMORY
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
+from hybridsched.kinds.machine.policies.eft import true_times
 
 # params layout (then the fraction grid)
 _LAUNCH, _ALPHA, _B_CPU, _B_GPU, _B_TR, _GAMMA, _W_CPU, _W_GPU, _RATE, _BACKLOG = range(10)
@@ -184,6 +185,4 @@ class OracleRankEFT(RankEFT):
         self._X = X
 
     def reveal(self, realization: Realization) -> None:
-        r = realization
-        self._pdata = np.column_stack([self._pdata[:, 0], self._X[:, CPU_S] * r.cpu_factor,
-                                       self._X[:, GPU_S] * r.gpu_factor, r.gpu_factor])
+        self._pdata = np.column_stack([self._pdata[:, 0], true_times(self._X, realization)])
