@@ -10,6 +10,7 @@ models and tuned weights unchanged.
     python -m benchmarks.quality_eval --out metrics/quality            # all, ~20-40 min on 2 cores
     python -m benchmarks.quality_eval --workloads default --heldout 0 --trials 10
     python -m benchmarks.quality_eval --trials 0 --no-learned --no-lp      # heuristics + cem, no LP
+    python -m benchmarks.quality_eval --trials 0 --learned-from models --lp-rho 1   # the pipeline's models, unchanged
 
 The ``cem`` scorer is trained once on a workload mixture (stage train_cem) and is evaluated
 unchanged everywhere, from ``--cem-model`` (default models/cem); ``<out>/cem_actions.csv``
@@ -30,8 +31,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybridsched.errors import HybridschedError
 from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
+from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.scenarios import evaluate_workload, heldout_workloads
@@ -73,6 +76,17 @@ def train_models(cfg: dict[str, Any], train, cluster: Cluster, work: Path, episo
 
     return {"hybrid_ml": hml("hybrid_ml"), "hybrid_ml_static": hml("hybrid_ml_static"),
             "dqn": lambda: DQNPolicy(model_dir=str(dqn_dir))}
+
+
+def pipeline_models(cfg: dict[str, Any], models: Path) -> dict[str, Any]:
+    """Factories of the learned policies from the pipeline's trained models (``<models>/rf``,
+    ``<models>/dqn``, trained on the default workload), evaluated unchanged on every workload."""
+    for sub in ("rf", "dqn"):
+        if not (models / sub).is_dir():
+            raise HybridschedError(f"--learned-from: no trained model at {models / sub} (run train_rf and train_dqn)")
+    dirs = {"hybrid_ml": "rf", "hybrid_ml_static": "rf", "hybrid_ml_own": "rf", "dqn": "dqn", "dqn_online": "dqn"}
+    specs = {name: {**cfg["policies"]["machine"][name], "model_dir": str(models / sub)} for name, sub in dirs.items()}
+    return {name: (lambda spec=spec: instantiate(spec)) for name, spec in specs.items()}
 
 
 def tune_heuristics(cfg: dict[str, Any], train, cluster: Cluster, trials: int, work: Path) -> dict[str, Any]:
@@ -126,10 +140,17 @@ def main() -> None:
     ap.add_argument("--dqn-episodes", type=int, default=None, help="default: dqn.episodes of the config")
     ap.add_argument("--no-learned", action="store_true", help="heuristics and bounds only (no training)")
     ap.add_argument("--no-lp", action="store_true", help="solo bound only (the LP takes minutes per workload)")
+    ap.add_argument("--lp-rho", type=float, default=None, help="LP grid (sim.bound_lp.rho; smaller = coarser, faster, looser)")
+    ap.add_argument("--lp-delta", type=float, default=None, help="LP base interval (s; sim.bound_lp.delta)")
+    ap.add_argument("--learned-from", default=None, metavar="DIR",
+                    help="evaluate the pipeline's trained models (DIR/rf, DIR/dqn; e.g. models) unchanged on every "
+                         "workload, instead of training hybrid_ml and dqn per workload")
     ap.add_argument("--cem-model", default="models/cem", help="the trained cem scorer (stage train_cem)")
+    ap.add_argument("--only", default=None, help="comma-separated policy names to run (default: all)")
     ap.add_argument("--out", default="metrics/quality")
     args = ap.parse_args()
     out = Path(args.out)
+    lp = lp_grid(args)
     tables, all_tuned = {}, {}
     default_kit = None
     actions = []
@@ -142,9 +163,12 @@ def main() -> None:
         tuned = tune_heuristics(cfg, train, cluster, args.trials, work) if args.trials else {}
         if not tuned:  # no tuning here: the weights in the YAMLs (tuned on the default workload)
             tuned = {n: {"params": {}} for n in cfg["tune"]["spaces"]}
-        learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
-        pols = {**factories(cfg, tuned, learned), "cem": cem_factory(args.cem_model)}
-        table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]), lp=not args.no_lp)
+        if args.learned_from:
+            learned = pipeline_models(cfg, Path(args.learned_from))
+        else:
+            learned = {} if args.no_learned else train_models(cfg, train, cluster, work, args.dqn_episodes)
+        pols = only(args, {**factories(cfg, tuned, learned), "cem": cem_factory(args.cem_model)})
+        table = evaluate_workload(test, cluster, pols, int(cfg["sim"]["seed"]), lp=lp)
         actions.append(action_frequencies(test, cluster, pols, int(cfg["sim"]["seed"])).assign(workload=wname))
         tables[wname], all_tuned[wname] = table.assign(workload=wname), tuned
         write_frame(out / f"{wname}.csv", tables[wname])
@@ -157,12 +181,14 @@ def main() -> None:
             cfg = compose([])
             cluster = cluster_from_config(cfg["cluster"])
             yaml_tuned = {n: (lambda n=n: instantiate(cfg["policies"]["machine"][n])) for n in cfg["tune"]["spaces"]}
-            default_kit = (cfg, cluster, {**factories(cfg, {}, {}), **yaml_tuned, "cem": cem_factory(args.cem_model)})
+            learned = pipeline_models(cfg, Path(args.learned_from)) if args.learned_from else {}
+            default_kit = (cfg, cluster, {**factories(cfg, {}, learned), **yaml_tuned, "cem": cem_factory(args.cem_model)})
         cfg, cluster, pols = default_kit
+        pols = only(args, pols)
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
-            spec = WorkloadSpec(**{key: v for key, v in w.items() if key not in ("name", "offered_load")})
+            spec = heldout_spec(w)
             tasks = generate(spec, args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
-            table = evaluate_workload(tasks, cluster, pols, k, lp=not args.no_lp).assign(workload=w["name"], offered_load=w["offered_load"])
+            table = evaluate_workload(tasks, cluster, pols, k, lp=lp).assign(workload=w["name"], offered_load=w["offered_load"])
             tables[w["name"]] = table
             write_frame(out / f"{w['name']}.csv", table)
             print(f"{w['name']} (load {w['offered_load']:.2f}):")
@@ -174,6 +200,31 @@ def main() -> None:
     # every table in the folder, so separate runs (e.g. one per workload) add up to one summary
     tables = {p.stem: pd.read_csv(p) for p in sorted(out.glob("*.csv")) if p.stem != "cem_actions"}
     write_text(out / "quality.md", summary_markdown(tables))
+
+
+def only(args: argparse.Namespace, pols: dict[str, Any]) -> dict[str, Any]:
+    """The policies named by ``--only`` (all without it); an unknown name is an error."""
+    if not args.only:
+        return pols
+    names = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(names) - set(pols))
+    if unknown:
+        raise HybridschedError(f"--only: unknown policies {unknown}; known: {sorted(pols)}")
+    return {n: pols[n] for n in names}
+
+
+def heldout_spec(draw: dict[str, Any]) -> WorkloadSpec:
+    """The WorkloadSpec of one held-out draw (``scenarios.heldout_workloads``)."""
+    return WorkloadSpec(**{key: v for key, v in draw.items() if key not in ("name", "offered_load")})
+
+
+def lp_grid(args: argparse.Namespace) -> LPSettings | bool:
+    """The LP bound's grid from the command line: False (no LP), or LPSettings (default grid unless overridden)."""
+    if args.no_lp:
+        return False
+    base = LPSettings()
+    return LPSettings(delta=args.lp_delta if args.lp_delta is not None else base.delta,
+                      rho=args.lp_rho if args.lp_rho is not None else base.rho, max_levels=base.max_levels)
 
 
 def summary_markdown(tables: dict[str, pd.DataFrame]) -> str:

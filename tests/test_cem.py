@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hybridsched.errors import HybridschedError
-from hybridsched.rl.cem import CEMSettings, train
+from hybridsched.rl.cem import CEMSettings, sample, train
 
 
 def _quadratic(target: np.ndarray):
@@ -54,3 +54,13 @@ def test_bad_settings_fail_with_one_line(bad: dict, msg: str) -> None:
 def test_a_non_finite_cost_is_an_error() -> None:
     with pytest.raises(HybridschedError, match="not finite"):
         train(lambda t, g: np.full(len(t), np.nan), np.zeros(1), CEMSettings(generations=1))
+
+
+def test_antithetic_members_come_in_mirrored_pairs():
+    import numpy as np
+
+    mean, std = np.array([1.0, -2.0, 0.5]), np.array([0.3, 1.0, 2.0])
+    th = sample(mean, std, 8, True, np.random.default_rng(0))
+    assert np.array_equal(th[0], mean)
+    np.testing.assert_allclose(th[1:4] + th[4:7], np.tile(2 * mean, (3, 1)))  # (8 - 1) // 2 = 3 pairs, then one free member
+    assert not np.allclose(th[7], mean)

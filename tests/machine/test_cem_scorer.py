@@ -53,13 +53,30 @@ def test_search_is_reproducible_and_improves_on_its_first_draws():
     cluster = Cluster(n_gpus=4)
     search = CEMSettings(generations=4, population=8, seed=3)
     base0 = base_from_eft_rank(EFT_RANK)
-    a, _ = train_scorer(base0, search, TINY, cluster)
-    b, _ = train_scorer(base0, search, TINY, cluster)
+    a, _, _ = train_scorer(base0, search, TINY, cluster)
+    b, _, _ = train_scorer(base0, search, TINY, cluster)
     assert np.array_equal(a.theta, b.theta)
     assert a.history[0]["mean_cost"] == 1.0  # row 0 of generation 0 is eft_rank itself
     first = draw_set(search.seed, 1, 0, TINY, cluster, TINY.scenarios)
     start, final = relative_costs(np.stack([np.zeros_like(a.theta), a.theta]), first, base0, TINY, cluster)
     assert start == 1.0 and final <= start
+
+
+def test_selection_keeps_the_cheapest_recent_mean_on_its_own_stream():
+    cluster = Cluster(n_gpus=4)
+    search = CEMSettings(generations=3, population=6, seed=3, antithetic=True)
+    settings = MachineCEMSettings(scenarios=1, tasks=150, validation_scenarios=1, hidden=0, select_from=3,
+                                  selection_scenarios=2)
+    base0 = base_from_eft_rank(EFT_RANK)
+    result, valid, sel = train_scorer(base0, search, settings, cluster)
+    plain, _, none = train_scorer(base0, search, MachineCEMSettings(**{**settings.to_dict(), "select_from": 0}), cluster)
+    assert none == {} and len(plain.means) == search.generations + 1
+    assert np.array_equal(plain.theta, plain.means[-1])  # no selection: the final mean
+    k = sel["selected_generation"]
+    assert len(sel["selection_costs"]) == 3 and 1 <= k <= search.generations
+    assert np.array_equal(result.theta, result.means[k])
+    assert sel["selection_costs"][k - 1] == min(sel["selection_costs"])
+    assert set(valid) == {"eft_rank", "final_mean", "cem"} and valid["eft_rank"] == 1.0
 
 
 def test_training_draws_cover_the_ranges_and_never_use_the_heldout_seed():

@@ -7,7 +7,7 @@ import pytest
 from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
-from hybridsched.kinds.machine.policies.weighted import DMDA, LoadAwareEFT, RankEFT, WeightedEFT
+from hybridsched.kinds.machine.policies.weighted import DMDA, LoadAwareEFT, OracleRankEFT, RankEFT, WeightedEFT
 from tests.conftest import small_workload
 from tests.machine.sim_helpers import run
 
@@ -51,6 +51,18 @@ def test_rank_weight_grows_along_the_critical_path():
     p.prepare(tasks, cluster, task_matrix(tasks, cluster))
     w = p.kernel_data()[0][:, 0]
     assert w[0] > w[1] > w[2] == pytest.approx(1.0) and w[3] == pytest.approx(1.0)
+
+
+def test_oracle_rank_is_eft_rank_without_noise_and_sees_the_noise_with_it():
+    tasks = small_workload(300, seed=4, rate=6.0, dag_job_size=5)
+    kw = dict(beta_cpu=5.0, beta_gpu=1.0, backlog_s=3.0, kappa=0.5)
+    exact = Cluster(n_gpus=2, noise_sigma=0.0)
+    a, b = run(tasks, exact, RankEFT(**kw)), run(tasks, exact, OracleRankEFT(**kw))
+    np.testing.assert_array_equal(a["fraction"].to_numpy(), b["fraction"].to_numpy())
+    np.testing.assert_allclose(a["end"].to_numpy(), b["end"].to_numpy())
+    noisy = Cluster(n_gpus=2, noise_sigma=0.5)
+    a, b = run(tasks, noisy, RankEFT(**kw)), run(tasks, noisy, OracleRankEFT(**kw))
+    assert not np.array_equal(a["fraction"].to_numpy(), b["fraction"].to_numpy())
 
 
 def test_negative_weights_are_rejected():

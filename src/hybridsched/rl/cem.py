@@ -32,6 +32,7 @@ class CEMSettings:
     init_std: float = 0.5           # in the units of the (kind-scaled) parameter vector
     min_std: float = 0.02           # a floor, so the search never collapses early
     smoothing: float = 0.7          # new = smoothing * elite statistic + (1 - smoothing) * old
+    antithetic: bool = False        # draw members in mirrored pairs mean +- std * eps (less noisy elite)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -68,6 +69,18 @@ class CEMResult:
     theta: np.ndarray                         # the final mean of the search distribution
     history: list[dict[str, float]]           # one row per generation
     wall_s: float
+    means: list[np.ndarray]                   # the mean at the start of each generation, then the final one
+
+
+def sample(mean: np.ndarray, std: np.ndarray, population: int, antithetic: bool, rng: np.random.Generator) -> np.ndarray:
+    """One population: row 0 the mean, the rest mean + std * eps (in mirrored pairs if ``antithetic``)."""
+    eps = rng.standard_normal((population, mean.size))
+    if antithetic:
+        half = (population - 1) // 2
+        eps[1 + half: 1 + 2 * half] = -eps[1: 1 + half]
+    thetas = mean + std * eps
+    thetas[0] = mean
+    return thetas
 
 
 def train(objective: Objective, theta0: np.ndarray, settings: CEMSettings) -> CEMResult:
@@ -77,10 +90,11 @@ def train(objective: Objective, theta0: np.ndarray, settings: CEMSettings) -> CE
     mean = np.asarray(theta0, dtype=np.float64).copy()
     std = np.full_like(mean, settings.init_std)
     history: list[dict[str, float]] = []
+    means: list[np.ndarray] = []
     t0 = time.perf_counter()
     for gen in range(settings.generations):
-        thetas = mean + std * rng.standard_normal((settings.population, mean.size))
-        thetas[0] = mean
+        means.append(mean.copy())
+        thetas = sample(mean, std, settings.population, settings.antithetic, rng)
         costs = np.asarray(objective(thetas, gen), dtype=np.float64)
         if costs.shape != (settings.population,) or not np.all(np.isfinite(costs)):
             raise HybridschedError(f"cem: the objective returned {costs.shape} costs, some not finite")
@@ -91,4 +105,4 @@ def train(objective: Objective, theta0: np.ndarray, settings: CEMSettings) -> CE
                         "elite_cost": float(np.sort(costs)[: settings.n_elite].mean()),
                         "population_cost": float(costs.mean()), "std": float(std.mean()),
                         "wall_s": time.perf_counter() - t0})
-    return CEMResult(theta=mean, history=history, wall_s=time.perf_counter() - t0)
+    return CEMResult(theta=mean, history=history, wall_s=time.perf_counter() - t0, means=[*means, mean.copy()])

@@ -29,7 +29,7 @@ from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate
 
 SCALED = ("beta_cpu", "beta_gpu", "backlog_s", "kappa")  # theta[:4]: log-multipliers of eft_rank's weights
-_TRAIN_STREAM, _VALID_STREAM = 1, 2
+_TRAIN_STREAM, _VALID_STREAM, _SELECT_STREAM = 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class MachineCEMSettings:
     scenarios: int = 8                  # workloads per generation
     tasks: int = 2000                   # tasks per workload
     validation_scenarios: int = 12      # draws of a separate stream, scored once at the end
+    select_from: int = 0                # >0: the last N means of the search (the final one included) are
+    selection_scenarios: int = 8        # scored on draws of a third stream; the cheapest is the model
     hidden: int = 2                     # tanh units in the scorer (0: linear only)
     fraction_step: float = 0.05
     load: tuple[float, float] = (0.3, 1.15)
@@ -55,7 +57,8 @@ class MachineCEMSettings:
 
     def __post_init__(self) -> None:
         checks = [("scenarios", self.scenarios >= 1), ("tasks", self.tasks >= 2),
-                  ("validation_scenarios", self.validation_scenarios >= 0), ("hidden", 0 <= self.hidden <= 16),
+                  ("validation_scenarios", self.validation_scenarios >= 0),
+                  ("select_from", self.select_from >= 0), ("selection_scenarios", self.selection_scenarios >= 1), ("hidden", 0 <= self.hidden <= 16),
                   ("fraction_step", 0 < self.fraction_step <= 1), ("dag_share", 0 <= self.dag_share <= 1),
                   ("burst_period_s", self.burst_period_s > 0)]
         for name in ("load", "intensity_low", "intensity_width", "memory_low_mb_log", "memory_ratio_log",
@@ -158,9 +161,27 @@ def check_seed(seed: int) -> None:
         raise HybridschedError(f"cem.seed: {seed} is the held-out scenarios' seed; training must never use it")
 
 
+def select_theta(means: list[np.ndarray], base0: dict[str, float], seed: int, settings: MachineCEMSettings,
+                 cluster: Cluster) -> tuple[np.ndarray, dict[str, Any]]:
+    """The cheapest of the last ``select_from`` means on the selection stream's draws (never the
+    training draws, the validation draws or any evaluation workload); the final mean when 0."""
+    if not settings.select_from:
+        return means[-1], {}
+    cands = means[-min(settings.select_from, len(means)):]
+    draws = draw_set(seed, _SELECT_STREAM, 0, settings, cluster, settings.selection_scenarios)
+    costs = relative_costs(np.stack(cands), draws, base0, settings, cluster)
+    k = int(np.argmin(costs))
+    # generation whose starting mean was chosen (len(means) - 1 = the final mean, after the last update)
+    return cands[k], {"selected_generation": len(means) - len(cands) + k, "selection_costs": costs.round(6).tolist()}
+
+
 def train_scorer(base0: dict[str, float], search, settings: MachineCEMSettings, cluster: Cluster):
-    """Run the search (``search``: :class:`~hybridsched.rl.cem.CEMSettings`); returns the
-    :class:`~hybridsched.rl.cem.CEMResult` and the validation costs of the start and the result."""
+    """Run the search (``search``: :class:`~hybridsched.rl.cem.CEMSettings`) and pick the model
+    (:func:`select_theta`); returns the :class:`~hybridsched.rl.cem.CEMResult` with ``theta`` the
+    chosen vector, the validation costs of the start, the final mean and the choice, and the
+    selection record."""
+    from dataclasses import replace
+
     from hybridsched.rl.cem import train
 
     check_seed(search.seed)
@@ -170,9 +191,10 @@ def train_scorer(base0: dict[str, float], search, settings: MachineCEMSettings, 
         return relative_costs(thetas, draws, base0, settings, cluster)
 
     result = train(objective, np.zeros(n_theta(settings)), search)
+    theta, selection = select_theta(result.means, base0, search.seed, settings, cluster)
     valid = {}
     if settings.validation_scenarios:
         draws = draw_set(search.seed, _VALID_STREAM, 0, settings, cluster, settings.validation_scenarios)
-        c = relative_costs(np.stack([np.zeros_like(result.theta), result.theta]), draws, base0, settings, cluster)
-        valid = {"eft_rank": float(c[0]), "cem": float(c[1])}
-    return result, valid
+        c = relative_costs(np.stack([np.zeros_like(theta), result.theta, theta]), draws, base0, settings, cluster)
+        valid = {"eft_rank": float(c[0]), "final_mean": float(c[1]), "cem": float(c[2])}
+    return replace(result, theta=theta), valid, selection

@@ -96,10 +96,13 @@ class SweepSettings:
             raise HybridschedError(f"load_sweep.n_tasks must be >= 2, got {self.n_tasks}")
 
 
-def evaluate_workload(tasks, cluster: Cluster, policies: dict[str, Any], seed: int, lp: bool = True) -> pd.DataFrame:
-    """One row per policy (mean, P95, P99 latency, energy) plus the bounds, on one workload."""
+def evaluate_workload(tasks, cluster: Cluster, policies: dict[str, Any], seed: int,
+                      lp: bool | LPSettings = True) -> pd.DataFrame:
+    """One row per policy (mean, P95, P99 latency, energy) plus the bounds, on one workload.
+
+    ``lp``: False skips the LP bound, True solves it on the default grid, an ``LPSettings`` on that grid."""
     real = cluster.sample_noise(len(tasks), np.random.default_rng(seed))
-    lb = lower_bound(tasks, cluster, real, LPSettings() if lp else None)
+    lb = lower_bound(tasks, cluster, real, lp if isinstance(lp, LPSettings) else (LPSettings() if lp else None))
     rows = []
     for name, make in policies.items():
         m = summarize(simulate(tasks, cluster, make(), real).to_frame(), cluster)

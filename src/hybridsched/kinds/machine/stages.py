@@ -186,7 +186,7 @@ def train_cem(run: Run) -> dict:
     search = CEMSettings.from_dict(run.cfg["cem"])
     settings = MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
     base0 = base_from_eft_rank(run.cfg["policies"]["machine"]["eft_rank"])
-    result, valid = train_scorer(base0, search, settings, _cluster(run))
+    result, valid, selection = train_scorer(base0, search, settings, _cluster(run))
     model = {**model_from_theta(result.theta, base0, settings), "linear_terms": list(LINEAR),
              "hidden_inputs": list(HIDDEN_INPUTS), "start": "eft_rank", "start_weights": base0,
              "theta": result.theta.tolist(), "search": search.to_dict(), "machine": settings.to_dict()}
@@ -198,7 +198,7 @@ def train_cem(run: Run) -> dict:
                "scenarios_per_generation": settings.scenarios, "tasks_per_scenario": settings.tasks,
                "decisions": search.generations * (search.population + 1) * settings.scenarios * settings.tasks,
                "first_mean_cost": first["mean_cost"], "final_mean_cost": last["mean_cost"],
-               "final_elite_cost": last["elite_cost"], "validation_cost": valid, "wall_s": round(result.wall_s, 2)}
+               "final_elite_cost": last["elite_cost"], "validation_cost": valid, **selection, "wall_s": round(result.wall_s, 2)}
     write_json(run.metrics_dir / "train_cem.json", without_timings(metrics))
     write_frame(run.metrics_dir / "plots" / "train_cem.csv", curve.drop(columns=list(TIMING_KEYS & set(curve))).round(6))
     run.track("train_cem", metrics, [run.metrics_dir / "train_cem.json", run.metrics_dir / "plots" / "train_cem.csv",

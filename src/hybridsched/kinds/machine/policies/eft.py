@@ -62,6 +62,12 @@ class EarliestFinishTime(Policy):
         return np.zeros((0, 0)), self._params
 
 
+def true_times(X: np.ndarray, realization: Realization) -> np.ndarray:
+    """Per task: actual CPU time, actual GPU compute+transfer, factor on the launch overhead."""
+    r = realization
+    return np.column_stack([X[:, CPU_S] * r.cpu_factor, X[:, GPU_S] * r.gpu_factor, r.gpu_factor])
+
+
 class Oracle(EarliestFinishTime):
     """EFT with perfect knowledge: true run times and true device free times."""
 
@@ -74,9 +80,7 @@ class Oracle(EarliestFinishTime):
         self._X = X
 
     def reveal(self, realization: Realization) -> None:
-        r = realization
-        # actual CPU time, actual GPU compute+transfer, factor on the launch overhead
-        self._truth = np.column_stack([self._X[:, CPU_S] * r.cpu_factor, self._X[:, GPU_S] * r.gpu_factor, r.gpu_factor])
+        self._truth = true_times(self._X, realization)
 
     def kernel_data(self):
         return self._truth, self._params

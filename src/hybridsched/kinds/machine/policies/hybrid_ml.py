@@ -43,6 +43,27 @@ def _hybrid_ml(i, t, est, true_free, X, pdata, params):
     return g, f
 
 
+@njit  # not disk-cached: numba would not see edits to callees in other files
+def _hybrid_ml_own(i, t, est, true_free, X, pdata, params):
+    # params: launch, n_devices, the policy's own believed free time per device, then the grid.
+    # A device seen idle now (as the engine's belief sees it) frees at t; otherwise it frees
+    # when the work this policy queued on it ends *by its own predictions*.
+    pdata[i, _DECIDED] = 1.0
+    n_dev = int(params[1])
+    own = params[2: 2 + n_dev]
+    for d in range(n_dev):
+        if true_free[d] <= t or own[d] < t:
+            own[d] = t
+    g = least_loaded_gpu(own, t)
+    f, _ = best_split(pdata[i, _C], pdata[i, _G], params[0], own[0], own[g + 1], params[2 + n_dev:], X[i, MAX_F])
+    f = min(f, X[i, MAX_F])
+    if f < 1.0:
+        own[0] += (1.0 - f) * pdata[i, _C]
+    if f > 0.0:
+        own[g + 1] += params[0] + f * pdata[i, _G]
+    return g, f
+
+
 class HybridML(Policy):
     """EFT on run times predicted by a RandomForest / XGBoost model (see module docstring)."""
 
@@ -156,3 +177,22 @@ class HybridML(Policy):
 def _residual(actual_s: np.ndarray, base_log: np.ndarray) -> np.ndarray:
     """log(actual) - log(offline prediction), bounded so one odd observation cannot swamp a refit."""
     return np.clip(np.log(actual_s) - base_log, -_MAX_RESIDUAL, _MAX_RESIDUAL)
+
+
+class HybridMLOwnBelief(HybridML):
+    """hybrid_ml deciding on its own belief of the device free times, advanced by its own
+    (corrected) predictions of the work it queued, instead of the engine's nominal belief."""
+
+    name = "hybrid_ml_own"
+    kernel = _hybrid_ml_own
+
+    def prepare(self, tasks, cluster, X) -> None:
+        super().prepare(tasks, cluster, X)
+        self._params = np.concatenate([[cluster.launch_s, cluster.n_devices], np.zeros(cluster.n_devices), self.grid])
+
+    def carry_on(self, tasks, cluster, X) -> None:
+        """Next segment of a stream: the believed free times carry over too."""
+        own = self._params[2: 2 + cluster.n_devices].copy() if hasattr(self, "_params") else None
+        super().carry_on(tasks, cluster, X)
+        if own is not None:
+            self._params[2: 2 + cluster.n_devices] = own

@@ -28,9 +28,11 @@ import numpy as np
 from numba import njit
 
 from hybridsched.kinds.machine.bounds import best_alone_seconds
+from hybridsched.kinds.machine.devices import Realization
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, MEMORY
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
+from hybridsched.kinds.machine.policies.eft import true_times
 
 # params layout (then the fraction grid)
 _LAUNCH, _ALPHA, _B_CPU, _B_GPU, _B_TR, _GAMMA, _W_CPU, _W_GPU, _RATE, _BACKLOG = range(10)
@@ -57,21 +59,20 @@ def weighted_cost(params, w, s, t, f, tr, cpu_busy, gpu_busy, fin):
             + params[_B_TR] * f * tr + params[_GAMMA] * (params[_W_CPU] * cpu_busy + params[_W_GPU] * gpu_busy))
 
 
-@njit  # not disk-cached: numba would not see edits to callees in other files
-def _weighted(i, t, est, true_free, X, pdata, params):
-    g = least_loaded_gpu(est, t)
-    cpu_free = est[0]
-    gpu_free = est[g + 1]
+@njit
+def _choose(i, t, free, c_s, g_s, launch, w, X, params):
+    """(gpu, split) of least weighted cost for task ``i`` on device free times ``free``."""
+    g = least_loaded_gpu(free, t)
+    cpu_free = max(t, free[0])
+    gpu_free = max(t, free[g + 1])
     s = 1.0
     if params[_BACKLOG] > 0:
         b = 0.0
-        for d in range(est.shape[0]):
-            b += max(est[d] - t, 0.0)
-        b /= est.shape[0]
+        for d in range(free.shape[0]):
+            b += max(free[d] - t, 0.0)
+        b /= free.shape[0]
         s = b / (b + params[_BACKLOG])
-    w = params[_ALPHA] * pdata[i, 0]
-    c_s = X[i, CPU_S]
-    g_s = X[i, GPU_S]
+    w = params[_ALPHA] * w
     tr = X[i, MEMORY] / params[_RATE]
     best_f = 0.0
     best = np.inf
@@ -79,12 +80,23 @@ def _weighted(i, t, est, true_free, X, pdata, params):
         f = params[k]
         if f > X[i, MAX_F]:
             break
-        cpu_busy, gpu_busy, fin = candidate(f, t, c_s, g_s, cpu_free, gpu_free, params[_LAUNCH])
+        cpu_busy, gpu_busy, fin = candidate(f, t, c_s, g_s, cpu_free, gpu_free, launch)
         cost = weighted_cost(params, w, s, t, f, tr, cpu_busy, gpu_busy, fin)
         if cost < best:
             best = cost
             best_f = f
     return g, best_f
+
+
+@njit  # not disk-cached: numba would not see edits to callees in other files
+def _weighted(i, t, est, true_free, X, pdata, params):
+    return _choose(i, t, est, X[i, CPU_S], X[i, GPU_S], params[_LAUNCH], pdata[i, 0], X, params)
+
+
+@njit  # not disk-cached: numba would not see edits to callees in other files
+def _weighted_oracle(i, t, est, true_free, X, pdata, params):
+    # pdata: w_i, true CPU seconds, true GPU seconds, factor on the launch overhead
+    return _choose(i, t, true_free, pdata[i, 1], pdata[i, 2], params[_LAUNCH] * pdata[i, 3], pdata[i, 0], X, params)
 
 
 class WeightedEFT(Policy):
@@ -158,3 +170,19 @@ class DMDA(WeightedEFT):
 
     def __init__(self, alpha: float = 1.0, beta: float = 1.0, gamma: float = 0.001, fraction_step: float = 0.05) -> None:
         super().__init__(alpha=alpha, beta_transfer=beta, gamma=gamma, fraction_step=fraction_step)
+
+
+class OracleRankEFT(RankEFT):
+    """eft_rank with perfect knowledge (true run times and device free times), as ``oracle``
+    is to ``eft``: how much of eft_rank's gap is the noise it cannot see."""
+
+    name = "oracle_rank"
+    kernel = _weighted_oracle
+    clairvoyant = True
+
+    def prepare(self, tasks, cluster, X) -> None:
+        super().prepare(tasks, cluster, X)
+        self._X = X
+
+    def reveal(self, realization: Realization) -> None:
+        self._pdata = np.column_stack([self._pdata[:, 0], true_times(self._X, realization)])
