@@ -32,9 +32,8 @@ def dense_relu(params, w, b, x, out):
 
 
 @njit(cache=True)
-def dueling_q_into(q, s, params, o, S, H, A):
-    """Q = V + A - mean(A) of the weights packed in ``params`` from offset ``o``, for a network
-    of ``S`` inputs, ``H`` hidden units and ``A`` actions; written into ``q``."""
+def _offsets(o, S, H, A):
+    """Where each tensor starts in a packed vector from offset ``o`` (``state_dict`` order)."""
     w1, o = o, o + H * S
     b1, o = o, o + H
     w2, o = o, o + H * H
@@ -42,7 +41,14 @@ def dueling_q_into(q, s, params, o, S, H, A):
     wv, o = o, o + H
     bv, o = o, o + 1
     wa, o = o, o + A * H
-    ba = o
+    return w1, b1, w2, b2, wv, bv, wa, o
+
+
+@njit(cache=True)
+def dueling_q_into(q, s, params, o, S, H, A):
+    """Q = V + A - mean(A) of the weights packed in ``params`` from offset ``o``, for a network
+    of ``S`` inputs, ``H`` hidden units and ``A`` actions; written into ``q``."""
+    w1, b1, w2, b2, wv, bv, wa, ba = _offsets(o, S, H, A)
     h1 = np.empty(H)
     dense_relu(params, w1, b1, s, h1)
     h2 = np.empty(H)
@@ -105,22 +111,15 @@ def dense_relu_t(params, w, b, x, out):
     """relu(:func:`affine_t`): :func:`dense_relu` to the bit, on transposed weights."""
     affine_t(params, w, b, x, out)
     for r in range(out.shape[0]):
-        if not out[r] > 0.0:
-            out[r] = 0.0
+        v = out[r]
+        out[r] = v if v > 0.0 else 0.0  # a select, not a branch: the zeros follow no pattern
 
 
 @njit(cache=True)
 def dueling_q_t_into(q, s, params, o, S, H, A, h1, h2):
     """:func:`dueling_q_into` on weights packed by :func:`pack_transposed` from offset ``o``, with
     the hidden layers written into the caller's ``h1``, ``h2`` (no allocation). Same result to the bit."""
-    w1, o = o, o + H * S
-    b1, o = o, o + H
-    w2, o = o, o + H * H
-    b2, o = o, o + H
-    wv, o = o, o + H
-    bv, o = o, o + 1
-    wa, o = o, o + A * H
-    ba = o
+    w1, b1, w2, b2, wv, bv, wa, ba = _offsets(o, S, H, A)
     dense_relu_t(params, w1, b1, s, h1)
     dense_relu_t(params, w2, b2, h1, h2)
     v = params[bv]
