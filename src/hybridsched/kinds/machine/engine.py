@@ -11,7 +11,9 @@ the true free times.
 One loop, ``_run``, serves two callers: compiled by numba for speed, or as plain Python
 (``_run.py_func``) as the reference path that tests compare against and that runs
 policies written in Python.  The loop is resumable: it stops after every
-``observe_every`` completions so a learning policy can update, then carries on.
+``observe_every`` completions so a learning policy can update, then carries on; a policy
+with a compiled ``learn_kernel`` updates inside the loop instead (``Session(inline_learning=True)``,
+which ``simulate`` uses), so the loop does not stop at all.
 """
 
 from __future__ import annotations

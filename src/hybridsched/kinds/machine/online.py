@@ -31,7 +31,7 @@ from numba import njit
 from hybridsched.errors import HybridschedError
 
 CORRECTIONS = ("ridge", "forest")
-_MAX_LOG_CORRECTION = 4.0  # never scale a prediction by more than e^4 ~ 55x either way
+MAX_LOG_CORRECTION = 4.0  # never scale a prediction by more than e^4 ~ 55x either way
 
 
 class SlidingWindow:
@@ -137,8 +137,8 @@ class ResidualModel:
         if not self.fitted or len(F) == 0:
             return np.zeros(len(F))
         if self.kind == "ridge":
-            return _predict_ridge(np.ascontiguousarray(F), self.state, _MAX_LOG_CORRECTION)
-        return np.clip(self._forest.predict(F), -_MAX_LOG_CORRECTION, _MAX_LOG_CORRECTION)
+            return _predict_ridge(np.ascontiguousarray(F), self.state, MAX_LOG_CORRECTION)
+        return np.clip(self._forest.predict(F), -MAX_LOG_CORRECTION, MAX_LOG_CORRECTION)
 
 
 @njit(cache=True)

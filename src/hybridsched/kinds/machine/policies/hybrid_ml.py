@@ -9,8 +9,12 @@ Online (``online: true``): every ``retrain_every`` completions the engine hands 
 finished tasks; their actual ``C`` and ``G`` are recovered from the part durations
 (CPU part ``(1 - f) C``, GPU part ``launch_s + f G``), the residuals against the offline
 model go into a sliding window of the last ``window`` observations, a small residual
-model is refitted on it (see ``kinds/machine/online.py`` for why) and the undecided tasks are
-re-predicted in one batch.
+model is refitted on it (see ``kinds/machine/online.py`` for why) and the undecided tasks
+within ``lookahead`` rows are re-predicted.  With the ridge correction (the default) all of this
+is compiled and runs inside the engine's loop (``_learn_ridge``), and the re-prediction is lazy:
+the kernel applies the latest correction to a row when it decides it, which gives the value an
+eager re-prediction would have given, for one row instead of ``lookahead``.  The forest
+correction runs in Python (``observe``) and re-predicts eagerly.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from hybridsched.kinds.machine.features import task_features
-from hybridsched.kinds.machine.online import (_MAX_LOG_CORRECTION, ResidualModel, SlidingWindow, ridge_correction,
+from hybridsched.kinds.machine.online import (MAX_LOG_CORRECTION, ResidualModel, SlidingWindow, ridge_correction,
                                               ridge_refit, ridge_state_size, window_add)
 from hybridsched.kinds.machine.runtime_model import RuntimeModel, load_model
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
@@ -51,7 +55,7 @@ def _hybrid_ml(i, t, est, true_free, X, pdata, params):
         n_state = (int(params[_GRID_AT]) - _HEADER) // 2
         for k in range(2):
             at = _HEADER + k * n_state
-            corr = ridge_correction(params[at:at + n_state], pdata, i, _FEAT, _MAX_LOG_CORRECTION)
+            corr = ridge_correction(params[at:at + n_state], pdata, i, _FEAT, MAX_LOG_CORRECTION)
             pdata[i, k] = np.exp(pdata[i, _BASE + k] + corr)
     g = least_loaded_gpu(est, t)
     f, _ = best_split(pdata[i, _C], pdata[i, _G], params[_LAUNCH], est[0], est[g + 1],
