@@ -3,7 +3,9 @@ static and with online retraining (every 50 completions), for RandomForest and X
 
 Run: `python -m benchmarks.bench_hybrid_ml [--tasks 100000] [--forest-tasks 10000] [--model-dir models/rf]`.
 Without --model-dir, models are trained here with conf/rf/default.yaml's settings on 3,000
-tasks of the default workload (a few seconds).  Target (2 cores): >= 100,000 tasks/s.
+tasks of the default workload (a few seconds).  Target (issue 15, 2 cores): the online ridge
+variant (the shipped default) >= 500,000 tasks/s at 10^5 tasks; static and the forest
+correction are shown for context.
 Each timing is one whole ``simulate`` call: features, one batched predict, the compiled
 event loop and (online) every residual refit and re-prediction.
 """
@@ -24,7 +26,7 @@ from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
 from hybridsched.kinds.machine.sim import simulate, task_matrix
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
-TARGET_TASKS_PER_S = 100_000
+TARGET_TASKS_PER_S = 500_000  # issue 15: hybrid_ml online (ridge) at 10^5 tasks
 RF_CONF = Path("conf/rf/default.yaml")
 POLICY_CONF = Path("conf/policies/machine/hybrid_ml.yaml")
 
@@ -102,11 +104,14 @@ def main() -> None:
                          "tasks_per_s": round(n / dt), "prepare_s": round(prepare_s, 3), "refits": policy.n_refits,
                          "ms_per_refit": None if per_refit is None else round(per_refit, 3),
                          "peak_mb": None if peak is None else round(peak, 1)})
-    ok = {f"{r['model']}/{r['variant']}": r["tasks_per_s"] >= TARGET_TASKS_PER_S for r in rows}
+    # the target is the online ridge variant's (the shipped default); the others are context
+    ok = {f"{r['model']}/{r['variant']}": r["tasks_per_s"] >= TARGET_TASKS_PER_S for r in rows
+          if r["variant"] == "online_ridge"}
     report("bench_hybrid_ml", rows, {"target_tasks_per_s": TARGET_TASKS_PER_S, "target_met": ok,
                                      "retrain_every": variants["static"]["retrain_every"]})
     for name, met in ok.items():
-        print(f"{name}: {'met' if met else 'MISSED'} (>= {TARGET_TASKS_PER_S:,} tasks/s)")
+        figure = next(r["tasks_per_s"] for r in rows if f"{r['model']}/{r['variant']}" == name)
+        print(f"{name}: {'met' if met else 'MISSED'} ({figure:,} tasks/s; target >= {TARGET_TASKS_PER_S:,})")
 
 
 if __name__ == "__main__":

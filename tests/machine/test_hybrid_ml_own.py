@@ -10,7 +10,8 @@ from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.engine import MAX_F
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import fraction_grid
-from hybridsched.kinds.machine.policies.hybrid_ml import HybridMLOwnBelief, _hybrid_ml_own
+from hybridsched.kinds.machine.policies.hybrid_ml import (_GRID_AT, _HEADER, _LAUNCH, _N_STATE, HybridMLOwnBelief,
+                                                          _hybrid_ml_own)
 from hybridsched.kinds.machine.runtime_model import train_runtime_model
 from hybridsched.kinds.machine.sim import simulate, task_matrix
 from tests.conftest import small_workload
@@ -21,7 +22,10 @@ SMALL_RF = {"model": "random_forest", "seed": 0, "test_fraction": 0.25, "importa
 
 
 def _params(own: list[float], launch: float = 0.0, step: float = 0.5) -> np.ndarray:
-    return np.concatenate([[launch, len(own)], own, fraction_grid(step)])
+    """The kernel's params with no ridge state: header, the own belief, the grid."""
+    header = np.zeros(_HEADER)
+    header[_LAUNCH], header[_GRID_AT], header[_N_STATE] = launch, _HEADER + len(own), 0
+    return np.concatenate([header, own, fraction_grid(step)])
 
 
 def _decide(i, t, est, true_free, pdata, params, max_f=1.0):
@@ -37,7 +41,7 @@ def test_own_belief_advances_by_its_predictions_not_the_engines():
     params = _params([0.0, 10.0, 3.0])
     g, f = _decide(0, 0.5, est=[0.5, 1.0, 3.0], true_free=[0.0, 5.0, 3.0], pdata=pdata, params=params)
     assert (g, f) == (1, 1.0)  # the engine's belief would pick GPU 0 (free at 1 s)
-    assert params[2 + 2] == pytest.approx(3.0 + 2.0)  # GPU 1's belief grew by the predicted G
+    assert params[_HEADER + 2] == pytest.approx(3.0 + 2.0)  # GPU 1's belief grew by the predicted G
     assert pdata[0, 2] == 1.0
 
 
@@ -45,7 +49,7 @@ def test_a_device_seen_idle_resets_the_belief_to_now():
     pdata = np.array([[1.0, 50.0, 0.0]])  # a CPU task
     params = _params([40.0, 0.0, 0.0])  # believed busy until 40 s, but the CPU is idle at t = 2
     g, f = _decide(0, 2.0, est=[2.0, 2.0, 2.0], true_free=[1.5, 0.0, 0.0], pdata=pdata, params=params)
-    assert f == 0.0 and params[2] == pytest.approx(2.0 + 1.0)
+    assert f == 0.0 and params[_HEADER] == pytest.approx(2.0 + 1.0)
 
 
 @pytest.mark.parametrize("online", [False, True])

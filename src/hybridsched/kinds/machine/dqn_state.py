@@ -2,8 +2,10 @@
 (numpy + numba, no torch).
 
 Everything the simulator kernel needs travels in one flat float64 vector, ``params``:
-a header (sizes, scales, epsilon), the action table, then the network weights in
-``QNetwork.state_dict()`` order.  The same vector serves training (the learner repacks
+a header (sizes, scales, epsilon), the action table, the network weights in
+``QNetwork.state_dict()`` order with each matrix transposed (so the forward pass's inner loops
+run over independent outputs and vectorise, with every sum in the reference order), then a
+scratch space for the state, hidden layers and Q-values (no allocation per decision).  The same vector serves training (the learner repacks
 it after its gradient steps) and inference, so both run the one kernel in
 ``dqn_decide``, the kernel of ``policies/dqn.py``; the forward pass itself is the shared
 ``rl/qnet.py``.
@@ -29,7 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numba import njit
 
-from hybridsched.rl.qnet import dueling_q_into
+from hybridsched.rl.qnet import dueling_q_t_into, pack_transposed, transposed_size
 
 from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, INTENSITY, MAX_F, MEMORY, SIZE
@@ -125,9 +127,14 @@ class StateSpec:
         return np.concatenate([h, gpu.astype(np.float64), frac])
 
     def pack(self, weights: list[np.ndarray], hidden: int, epsilon: float = 0.0, record: bool = False) -> np.ndarray:
-        """Header + action table + the flattened weights (``QNetwork.state_dict()`` order)."""
-        flat = [np.asarray(w, dtype=np.float64).ravel() for w in weights]
-        return np.concatenate([self.header(hidden, epsilon, record), *flat])
+        """Header + action table + the weights (``QNetwork.state_dict()`` order, each matrix
+        transposed: ``rl.qnet.pack_transposed``) + the kernel's scratch space (``scratch``)."""
+        flat = pack_transposed(weights)
+        if len(flat) != transposed_size(self.n_state, hidden, self.n_actions):
+            raise ValueError(f"weights of {len(flat)} values do not fit a network of {self.n_state} inputs, "
+                             f"{hidden} hidden units and {self.n_actions} actions")
+        scratch = np.zeros(self.n_state + 2 * hidden + self.n_actions)
+        return np.concatenate([self.header(hidden, epsilon, record), flat, scratch])
 
 
 def _fastest_placement(X: np.ndarray, cluster: Cluster, fractions: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -176,13 +183,23 @@ def features_into(out, i, t, est, X, params):
         out[k + A + a] = np.log1p(e / es)
 
 
+@njit
+def scratch(params):
+    """The kernel's preallocated work space at the end of ``params``: (state, hidden 1, hidden 2,
+    Q-values) as views, so a decision allocates nothing."""
+    S, H, A = int(params[N_STATE]), int(params[HIDDEN]), int(params[N_ACT])
+    o = HEADER + 2 * A + transposed_size(S, H, A)
+    return params[o:o + S], params[o + S:o + S + H], params[o + S + H:o + S + 2 * H], params[o + S + 2 * H:o + S + 2 * H + A]
+
+
 # Calls across files are not disk-cached: numba's cache of a function is invalidated only
 # by edits to its own file, so a cached kernel would keep a stale copy of rl/qnet.py.
 @njit
 def q_values_into(q, s, params):
     """Dueling forward pass of the packed weights (the shared ``rl.qnet``), written into ``q``."""
     A = int(params[N_ACT])
-    dueling_q_into(q, s, params, HEADER + 2 * A, int(params[N_STATE]), int(params[HIDDEN]), A)
+    _, h1, h2, _ = scratch(params)
+    dueling_q_t_into(q, s, params, HEADER + 2 * A, int(params[N_STATE]), int(params[HIDDEN]), A, h1, h2)
 
 
 @njit
@@ -200,13 +217,12 @@ def dqn_decide(i, t, est, true_free, X, pdata, params):
     """Engine kernel: epsilon-greedy on the packed Q-network; records the decision if asked."""
     S = int(params[N_STATE])
     A = int(params[N_ACT])
-    s = np.empty(S)
+    s, h1, h2, q = scratch(params)  # preallocated: no allocation per decision
     features_into(s, i, t, est, X, params)
     if pdata[i, U] < params[EPSILON]:
         a = int(pdata[i, RAND_A])
     else:
-        q = np.empty(A)
-        q_values_into(q, s, params)
+        dueling_q_t_into(q, s, params, HEADER + 2 * A, S, int(params[HIDDEN]), A, h1, h2)
         a = int(np.argmax(q))
     g = int(params[HEADER + a])
     f = params[HEADER + A + a]

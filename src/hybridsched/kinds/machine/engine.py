@@ -11,7 +11,9 @@ the true free times.
 One loop, ``_run``, serves two callers: compiled by numba for speed, or as plain Python
 (``_run.py_func``) as the reference path that tests compare against and that runs
 policies written in Python.  The loop is resumable: it stops after every
-``observe_every`` completions so a learning policy can update, then carries on.
+``observe_every`` completions so a learning policy can update, then carries on; a policy
+with a compiled ``learn_kernel`` updates inside the loop instead (``Session(inline_learning=True)``,
+which ``simulate`` uses), so the loop does not stop at all.
 """
 
 from __future__ import annotations
@@ -96,10 +98,12 @@ def task_matrix(tasks: TaskTable, cluster: Cluster) -> np.ndarray:
 @njit(nogil=True)
 def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w,
          root_order, child_ptr, child_idx, pending,
-         est, true_free, ready, state, rh_t, rh_i, ch_t, ch_i, obs, observe_every,
+         est, true_free, ready, state, rh_t, rh_i, ch_t, ch_i, obs, observe_every, learn, ldata, inline,
          gpu, frac, cs, ce, gs, ge, gmem, end, energy):
     """Advance the simulation until all tasks are decided or ``observe_every`` completions
-    are buffered in ``obs``. Returns True when finished."""
+    are buffered in ``obs``. Returns True when finished.  With ``inline``, the buffered
+    completions go to the compiled ``learn(rows, fraction, cpu_s, gpu_s, pdata, params, ldata)``
+    right here (the policy's ``learn_kernel``) and the loop carries on."""
     n_roots = root_order.shape[0]
     n_dev = est.shape[0]
     while True:
@@ -174,7 +178,11 @@ def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, g
         if observe_every > 0:
             state[_DONE_N] = heap_push(ch_t, ch_i, state[_DONE_N], task_end, i)
             if state[_OBS_N] >= observe_every:
-                return False
+                if not inline:
+                    return False
+                done = obs[:state[_OBS_N]].copy()
+                learn(done, frac[done], ce[done] - cs[done], ge[done] - gs[done], pdata, params, ldata)
+                state[_OBS_N] = 0
 
 
 class Session:
@@ -185,11 +193,14 @@ class Session:
     ``free_at`` / ``believed_free`` start the devices busy (true and believed free times),
     so consecutive tables of one stream can run on the same cluster (the live service);
     ``carry_on`` lets the policy keep what it learned on the previous table.
+    ``inline_learning``: a policy with a compiled ``learn_kernel`` learns inside the loop, so
+    ``step`` stops only at the end (``last_observed`` then holds only the final batch).
     """
 
     def __init__(self, tasks: TaskTable, cluster: Cluster, policy, realization: Realization,
                  compiled: bool = True, free_at: np.ndarray | None = None,
-                 believed_free: np.ndarray | None = None, carry_on: bool = False) -> None:
+                 believed_free: np.ndarray | None = None, carry_on: bool = False,
+                 inline_learning: bool = False) -> None:
         n = len(tasks)
         self.tasks, self.cluster, self.policy, self.realization = tasks, cluster, policy, realization
         self.X = task_matrix(tasks, cluster)
@@ -199,6 +210,11 @@ class Session:
         self._decide, use_compiled = _decider(policy, compiled)
         self._loop = _run if use_compiled else _run.py_func
         self._every = int(policy.observe_every) if policy.observe_every else 0
+        # A compiled learner runs inside the loop (no return to Python per batch of completions)
+        # unless the caller steps through the batches (the live service reports each one).
+        learn = getattr(policy, "learn_kernel", None)
+        self._inline = bool(inline_learning and use_compiled and learn is not None and self._every)
+        self._learn = learn if self._inline else _no_learning
         has_parents = np.diff(tasks.parent_ptr) > 0
         self._root_order = np.flatnonzero(~has_parents).astype(np.int64)  # rows are sorted by arrival
         self._child_ptr, self._child_idx = tasks.children_csr()
@@ -230,7 +246,8 @@ class Session:
             self._decide, self.X, pdata, params, self.tasks.arrival, self.realization.cpu_factor,
             self.realization.gpu_factor, self.cluster.launch_s, self.cluster.cpu_busy_w, self.cluster.gpu_busy_w,
             self._root_order, self._child_ptr, self._child_idx, self._pending, self.est, self.true_free, self.ready,
-            self.state, *self._heaps, self._obs, every, *out.values()))
+            self.state, *self._heaps, self._obs, every, self._learn,
+            self.policy.learn_data() if self._inline else (), self._inline, *out.values()))
         self.last_observed = self._obs[:0]
         if every and self.state[_OBS_N] > 0:
             k = int(self.state[_OBS_N])
@@ -265,14 +282,20 @@ def simulate(
     times the run starts from; it is updated in place, so a caller can carry the devices from
     one batch of independent tasks into the next (see ``stream``). Default: all free at 0."""
     if devices is None:
-        session = Session(tasks, cluster, policy, realization, compiled)
+        session = Session(tasks, cluster, policy, realization, compiled, inline_learning=True)
     else:
-        session = Session(tasks, cluster, policy, realization, compiled, free_at=devices[1], believed_free=devices[0])
+        session = Session(tasks, cluster, policy, realization, compiled, free_at=devices[1], believed_free=devices[0],
+                          inline_learning=True)
     while not session.step():
         pass
     if devices is not None:
         devices[0], devices[1] = session.est, session.true_free
     return session.trace()
+
+
+@njit
+def _no_learning(rows, fraction, cpu_s, gpu_s, pdata, params, ldata):
+    """The loop's learner when there is none inline (never called: ``inline`` is False)."""
 
 
 def _decider(policy, compiled: bool) -> tuple[Callable, bool]:

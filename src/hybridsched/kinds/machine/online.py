@@ -17,7 +17,8 @@ Why a residual refit rather than refitting the forest on the window or warm-star
 
 Two correction kinds: ``ridge`` (closed-form ridge regression on standardised features,
 compiled, tens of microseconds per refit: online learning at full simulator speed) and ``forest`` (a small
-RandomForest; non-linear, ~20 ms per refit).
+RandomForest; non-linear, ~20 ms per refit).  The ridge's window, refit and prediction are numba
+functions on plain arrays, so ``hybrid_ml`` runs them inside the engine's compiled loop.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from numba import njit
 from hybridsched.errors import HybridschedError
 
 CORRECTIONS = ("ridge", "forest")
-_MAX_LOG_CORRECTION = 4.0  # never scale a prediction by more than e^4 ~ 55x either way
+MAX_LOG_CORRECTION = 4.0  # never scale a prediction by more than e^4 ~ 55x either way
 
 
 class SlidingWindow:
-    """The most recent ``size`` (feature row, value) pairs, in a ring buffer."""
+    """The most recent ``size`` (feature row, value) pairs, in a ring buffer (arrays only, so
+    a compiled learner can append to it: see ``window_add``)."""
 
     def __init__(self, size: int, n_features: int) -> None:
         if size < 1:
@@ -42,29 +44,54 @@ class SlidingWindow:
         self.F = np.empty((size, n_features))
         self.y = np.empty(size)
         self.size = size
-        self.n = 0  # how many slots hold data
-        self._head = 0  # next slot to write
+        self.meta = np.zeros(2, dtype=np.int64)  # [next slot to write, how many slots hold data]
+
+    @property
+    def n(self) -> int:
+        """How many slots hold data."""
+        return int(self.meta[1])
 
     def add(self, F: np.ndarray, y: np.ndarray) -> None:
         """Append rows, overwriting the oldest once full."""
-        k = len(y)
-        if k >= self.size:  # only the newest `size` survive
-            F, y, k = F[-self.size:], y[-self.size:], self.size
-        idx = (self._head + np.arange(k)) % self.size
-        self.F[idx] = F
-        self.y[idx] = y
-        self._head = int((self._head + k) % self.size)
-        self.n = min(self.size, self.n + k)
+        window_add(self.F, self.y, self.meta, np.ascontiguousarray(F, dtype=np.float64),
+                   np.ascontiguousarray(y, dtype=np.float64))
 
     def data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The stored (features, values), in slot order (the order every refit sees them in)."""
         return self.F[: self.n], self.y[: self.n]
 
 
+@njit(cache=True)
+def window_add(wF, wy, meta, F, y):
+    """Append rows ``F``, ``y`` to the ring buffer ``wF``, ``wy`` (``meta`` = [head, n])."""
+    size = wy.shape[0]
+    k = y.shape[0]
+    first = 0
+    if k >= size:  # only the newest `size` survive
+        first, k = y.shape[0] - size, size
+    head = meta[0]
+    for r in range(k):
+        slot = (head + r) % size
+        wF[slot, :] = F[first + r, :]
+        wy[slot] = y[first + r]
+    meta[0] = (head + k) % size
+    meta[1] = min(size, meta[1] + k)
+
+
+def ridge_state_size(n_features: int) -> int:
+    """Length of a ridge correction's state vector: [fitted, intercept, mean, scale, coef]."""
+    return 2 + 3 * n_features
+
+
 class ResidualModel:
-    """A fresh small regression of one target's residual, refitted on each call to ``fit``."""
+    """A fresh small regression of one target's residual, refitted on each call to ``fit``.
+
+    A ridge correction lives in one float vector (``state``, see ``ridge_state_size``), which
+    the caller may hand in as a view of a larger array, so a compiled kernel reads the current
+    correction without a call back into Python."""
 
     def __init__(self, kind: str = "ridge", alpha: float = 10.0, min_obs: int = 20,
-                 forest_params: dict | None = None, seed: int = 0) -> None:
+                 forest_params: dict | None = None, seed: int = 0, state: np.ndarray | None = None) -> None:
         if kind not in CORRECTIONS:
             raise HybridschedError(f"policy correction must be one of {list(CORRECTIONS)}, got {kind!r}")
         self.kind = kind
@@ -72,37 +99,55 @@ class ResidualModel:
         self.min_obs = int(min_obs)
         self.forest_params = dict(forest_params or {"n_estimators": 10, "max_depth": 5, "min_samples_leaf": 5})
         self.seed = seed
-        self._fitted: Any = None
+        self.state = state  # ridge: allocated on the first fit when not handed in
+        self._forest: Any = None
 
     @property
     def fitted(self) -> bool:
-        return self._fitted is not None
+        if self.kind == "ridge":
+            return self.state is not None and self.state[0] > 0.0
+        return self._forest is not None
+
+    def take_over(self, other: ResidualModel) -> None:
+        """Continue from ``other``'s fit (a stream's next segment)."""
+        if self.kind == "ridge":
+            if other.state is not None:
+                if self.state is None:
+                    self.state = np.zeros_like(other.state)
+                self.state[:] = other.state
+        else:
+            self._forest = other._forest
 
     def fit(self, F: np.ndarray, r: np.ndarray) -> None:
         """Refit on the window; with fewer than ``min_obs`` observations, predict 0."""
-        if len(r) < self.min_obs:
-            self._fitted = None
-            return
         if self.kind == "ridge":
-            self._fitted = _fit_ridge(np.ascontiguousarray(F), np.ascontiguousarray(r), self.alpha)
-        else:
-            from sklearn.ensemble import RandomForestRegressor
+            if self.state is None:
+                self.state = np.zeros(ridge_state_size(F.shape[1]))
+            ridge_refit(self.state, np.ascontiguousarray(F), np.ascontiguousarray(r), self.alpha, self.min_obs)
+            return
+        if len(r) < self.min_obs:
+            self._forest = None
+            return
+        from sklearn.ensemble import RandomForestRegressor
 
-            self._fitted = RandomForestRegressor(random_state=self.seed, n_jobs=1, **self.forest_params).fit(F, r)
+        self._forest = RandomForestRegressor(random_state=self.seed, n_jobs=1, **self.forest_params).fit(F, r)
 
     def predict(self, F: np.ndarray) -> np.ndarray:
         """The residual (log-time correction) for feature rows ``F``; 0 when not fitted."""
-        if self._fitted is None or len(F) == 0:
+        if not self.fitted or len(F) == 0:
             return np.zeros(len(F))
         if self.kind == "ridge":
-            return _predict_ridge(np.ascontiguousarray(F), *self._fitted, _MAX_LOG_CORRECTION)
-        return np.clip(self._fitted.predict(F), -_MAX_LOG_CORRECTION, _MAX_LOG_CORRECTION)
+            return _predict_ridge(np.ascontiguousarray(F), self.state, MAX_LOG_CORRECTION)
+        return np.clip(self._forest.predict(F), -MAX_LOG_CORRECTION, MAX_LOG_CORRECTION)
 
 
 @njit(cache=True)
 def _fit_ridge(F, r, alpha):
     """Ridge regression on standardised features (intercept not penalised), compiled: a refit
-    on 1000 observations costs ~30 microseconds, so online learning keeps up with the simulator."""
+    on 1000 observations costs tens of microseconds, so online learning keeps up with the simulator.
+
+    The arithmetic (and its order) is what every hybrid_ml schedule so far was made with:
+    keep it, or the schedules change."""
     n, p = F.shape
     mean = np.zeros(p)
     for i in range(n):
@@ -130,12 +175,35 @@ def _fit_ridge(F, r, alpha):
 
 
 @njit(cache=True)
-def _predict_ridge(F, mean, scale, coef, intercept, clip):
-    n, p = F.shape
-    out = np.empty(n)
-    for i in range(n):
-        acc = intercept
-        for j in range(p):
-            acc += (F[i, j] - mean[j]) / scale[j] * coef[j]
-        out[i] = min(max(acc, -clip), clip)
+def ridge_refit(state, F, r, alpha, min_obs):
+    """Refit the ridge correction ``state`` on ``F``, ``r``; unfitted (predicts 0) below ``min_obs``."""
+    if r.shape[0] < min_obs:
+        state[0] = 0.0
+        return
+    p = F.shape[1]
+    mean, scale, coef, intercept = _fit_ridge(F, r, alpha)
+    state[0], state[1] = 1.0, intercept
+    state[2:2 + p] = mean
+    state[2 + p:2 + 2 * p] = scale
+    state[2 + 2 * p:2 + 3 * p] = coef
+
+
+@njit(cache=True)
+def ridge_correction(state, F, i, col, clip):
+    """The correction of row ``i`` whose features start at column ``col`` of ``F``: 0 when not
+    fitted, else the ridge prediction clipped to +-``clip``."""
+    if state[0] <= 0.0:
+        return 0.0
+    p = (state.shape[0] - 2) // 3
+    acc = state[1]
+    for j in range(p):
+        acc += (F[i, col + j] - state[2 + j]) / state[2 + p + j] * state[2 + 2 * p + j]
+    return min(max(acc, -clip), clip)
+
+
+@njit(cache=True)
+def _predict_ridge(F, state, clip):
+    out = np.empty(F.shape[0])
+    for i in range(F.shape[0]):
+        out[i] = ridge_correction(state, F, i, 0, clip)
     return out

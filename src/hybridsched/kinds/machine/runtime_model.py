@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from hybridsched.estimators import save_skops
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.machine.features import FEATURE_NAMES, task_features
+from hybridsched.kinds.machine.forest_predict import FlatForest, flatten_forest
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S
 
 TARGETS: tuple[str, ...] = ("log_cpu_s", "log_gpu_s")
@@ -67,6 +69,11 @@ class RuntimeModel:
             return None
         return constant_warning({t: float(np.exp(v)) for t, v in zip(self.targets, const) if not np.isnan(v)})
 
+    @cached_property
+    def _flat(self) -> FlatForest | None:
+        """The forest flattened for the compiled predictor (None: predict through the estimator)."""
+        return flatten_forest(self.estimator) if self.kind == "random_forest" else None
+
     def _constant(self) -> np.ndarray | None:
         return None if self.constant is None else np.asarray(self.constant, dtype=np.float64)
 
@@ -76,6 +83,8 @@ class RuntimeModel:
             return np.zeros((0, len(self.targets)))
         if self.kind == "xgboost":
             out = self.estimator.get_booster().inplace_predict(F)
+        elif self._flat is not None and self._flat.accepts(F):
+            out = self._flat.predict(F)  # compiled, bit-identical to the forest's own predict
         else:
             out = self.estimator.predict(F)
         out = np.asarray(out, dtype=np.float64).reshape(len(F), len(self.targets))

@@ -36,6 +36,9 @@ class Policy:
     kernel: ClassVar[object | None] = None
     clairvoyant: ClassVar[bool] = False  # True: receives the run's Realization via reveal()
     observe_every: int = 0  # >0: observe() is called with batches of this many completions
+    # optional numba function (rows, fraction, cpu_s, gpu_s, pdata, params, learn_data()) doing
+    # what observe() does; the engine then calls it inside its compiled loop (engine.Session)
+    learn_kernel: object | None = None
     # True: decisions depend only on the task's own row and the device free times, so a run can
     # be cut into chunks (prepare() per chunk) with the same result (see kinds/machine/stream.py)
     streamable: ClassVar[bool] = False
@@ -55,6 +58,10 @@ class Policy:
     def kernel_data(self) -> tuple[np.ndarray, np.ndarray]:
         """(pdata, params) passed to ``kernel``; read again after every ``observe``."""
         return _EMPTY2, _EMPTY1
+
+    def learn_data(self) -> tuple:
+        """The arrays ``learn_kernel`` updates besides pdata and params (a tuple)."""
+        return ()
 
     def decide(self, i: int, t: float, est_free: np.ndarray) -> tuple[int, float]:
         raise NotImplementedError(f"{type(self).__name__} has neither a kernel nor decide()")
