@@ -129,12 +129,21 @@ class CEMPolicy(ScoredEFT):
     name = "cem"
 
     def __init__(self, model_dir: str = "models/cem") -> None:
+        super().__init__()
         self.model_dir = model_dir
-        path = Path(model_dir) / MODEL_FILE
+
+    def fit(self, train: PodTable) -> None:
+        """Load the weights (the model is read here, not at construction, so that the config
+        check can build the policy before train_cem has run)."""
+        path = Path(self.model_dir) / MODEL_FILE
         if not path.is_file():
             raise HybridschedError(f"cem: {path} not found (run the train_cem stage on this workload)")
         doc = json.loads(path.read_text())
+        if doc.get("kind") != "cluster":
+            raise HybridschedError(f"cem: {path} holds weights for kind {doc.get('kind')!r}, not 'cluster' "
+                                   f"(run train_cem on this workload)")
         self.set_weights(weights_vector(doc.get("node", {}), doc.get("queue", {}), str(path)))
+        super().fit(train)
 
 
 def weights_vector(node: dict[str, float], queue: dict[str, float], where: str) -> np.ndarray:
