@@ -150,7 +150,8 @@ def train_cem(run: Run) -> dict:
     run.track("train_cem", metrics, [out / "train_cem.json", out / "plots" / "train_cem.csv"])
     print(f"train_cem: {cem.generations} generations x {cem.population} on {settings.windows} training scenarios "
           f"in {metrics['wall_s']:.1f} s; cost (mean JCT / eft's) {metrics['first_mean_cost']:.4f} -> "
-          f"{metrics['last_mean_cost']:.4f}; fresh training scenarios {metrics.get('check_cost', float('nan')):.4f}")
+          f"{metrics['last_mean_cost']:.4f}; picked generation {metrics.get('selected_generation', 'last')}, "
+          f"cost on fresh training scenarios {metrics.get('check_cost', float('nan')):.4f}")
     return metrics
 
 
