@@ -34,10 +34,10 @@ class ClusterCEMSettings:
     """What the search trains on (``cem.cluster``)."""
 
     windows: int = 8                    # scenarios per generation
-    min_pods: int = 1500                # window length range (pods)
-    max_pods: int = 3627
+    min_pods: int = 800                 # window length range (pods)
+    max_pods: int = 2400
     min_rate: float = 1.5               # arrival-rate scale range
-    max_rate: float = 4.0
+    max_rate: float = 3.0
     eval_windows: int = 12              # fresh training scenarios to pick the generation by, and to check it
     search: str = "all"                 # "all" weights, or "queue" only (the tuned-queue heuristic)
 
