@@ -26,7 +26,9 @@ def fixture_run(tmp_path: Path, *overrides: str):
         f"paths.workload_dir={tmp_path / 'data' / 'workload'}", f"paths.traces_dir={tmp_path / 'data' / 'traces'}",
         f"paths.metrics_dir={tmp_path / 'metrics'}", f"paths.best_params={tmp_path / 'models' / 'best_params.yaml'}",
         f"cluster.profile_path={tmp_path / 'data' / 'cluster_profile.json'}",
-        f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}", *overrides)
+        f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}",
+        f"cem.model_dir={tmp_path / 'models' / 'cem'}", "cem.generations=2", "cem.population=4",
+        "cem.cluster.windows=2", "cem.cluster.eval_windows=1", *overrides)
 
 
 def test_every_stage_runs_on_the_fixture(tmp_path: Path) -> None:

@@ -224,7 +224,7 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
     """The run in ``kernels.run_loop``; the final state goes to ``policy.finish`` as usual."""
     from hybridsched.kinds.cluster.kernels import demand_classes, run_loop
 
-    choose, table, types_k, types_p, weights = fast
+    choose, table, types_k, types_p, weights, params = fast
     n = len(inp)
     state = ClusterState(cluster)
     start, end = np.full(n, np.nan), np.full(n, np.nan)
@@ -236,7 +236,7 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
                    np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
                    cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
                    (cluster.nodes.n_gpu > 0), np.ascontiguousarray(table, dtype=np.float64), types_k, types_p,
-                   weights, np.zeros(1, dtype=np.int64), start, end, node_of, mask, demand, n_demand)
+                   weights, params, np.zeros(1, dtype=np.int64), start, end, node_of, mask, demand, n_demand)
     if err:
         i = -1 - int(err)
         raise HybridschedError(f"policy {policy.name!r} made an invalid choice for task {inp.tasks.name[i]!r}")

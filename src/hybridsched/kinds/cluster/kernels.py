@@ -10,7 +10,7 @@ with the Python loop for every policy here on a slice of the real trace.
 
 A choice kernel gets the task ``i``, the feasible nodes ``cand[:nc]`` (increasing index), the
 task and state arrays and the policy's data (a per-task-and-GPU-model ``table``, FGD's task
-mix, an int scratch ``ints``), and returns ``(position, gpu)``: ``gpu`` >= 0 pins the task to
+mix, a float vector ``params`` of the policy's weights, an int scratch ``ints``), and returns ``(position, gpu)``: ``gpu`` >= 0 pins the task to
 that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
 The kernels mirror ``policies.py``; the policy objects stay the single source of their
 parameters (``prepare``/``fit`` run as before and this module reads their attributes).
@@ -48,13 +48,13 @@ def _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu):
 
 @njit(cache=True)
 def _choose_first(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                  table, types_k, types_p, weights, ints):
+                  table, types_k, types_p, weights, params, ints):
     return 0, -1
 
 
 @njit(cache=True)
 def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                        table, types_k, types_p, weights, ints):
+                        table, types_k, types_p, weights, params, ints):
     nxt = ints[_RR_NEXT]
     pos = np.searchsorted(cand[:nc], nxt)
     if pos >= nc:
@@ -65,7 +65,7 @@ def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu
 
 @njit(cache=True)
 def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                   table, types_k, types_p, weights, ints):
+                   table, types_k, types_p, weights, params, ints):
     best, best_load = 0, np.inf
     for c in range(nc):
         nd = cand[c]
@@ -86,7 +86,7 @@ def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap,
 
 @njit(cache=True)
 def _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                     table, types_k, types_p, weights, ints):
+                     table, types_k, types_p, weights, params, ints):
     best, best_v = 0, np.inf
     for c in range(nc):
         v = _left_after(i, cand[c], k, p, cpu, gpu_free, cpu_free, has_gpu)
@@ -97,7 +97,7 @@ def _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_ca
 
 @njit(cache=True)
 def _choose_table(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                  table, types_k, types_p, weights, ints):
+                  table, types_k, types_p, weights, params, ints):
     """Lowest ``table[i, model of node]`` (estimated finish), ties best fit."""
     best, b1, b2 = 0, np.inf, np.inf
     for c in range(nc):
@@ -141,7 +141,7 @@ def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_fr
 @njit
 def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu,
-             table, types_k, types_p, weights, ints, start, end, node_of, gpu_mask, demand, n_demand):
+             table, types_k, types_p, weights, params, ints, start, end, node_of, gpu_mask, demand, n_demand):
     """The whole run; fills start/end/node_of/gpu_mask. Returns 0, or -1 - i when the kernel
     chose an invalid position or GPU for task i (the caller raises).
 
@@ -217,7 +217,7 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
                 qn -= 1
                 err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
                              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
-                             weights, ints, start, end, node_of, gpus_of, pick)
+                             weights, params, ints, start, end, node_of, gpus_of, pick)
                 if err:
                     return -1 - i
                 hn = _heap_push(ht, hi, hn, end[i], i)
@@ -234,7 +234,7 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
             if nc > 0:
                 err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
                              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
-                             weights, ints, start, end, node_of, gpus_of, pick)
+                             weights, params, ints, start, end, node_of, gpus_of, pick)
                 if err:
                     return -1 - i
                 hn = _heap_push(ht, hi, hn, end[i], i)
@@ -264,10 +264,10 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
 
 @njit
 def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-           cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p, weights, ints,
-           start, end, node_of, gpus_of, pick):
+           cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p, weights, params,
+           ints, start, end, node_of, gpus_of, pick):
     pos, g = choose(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                    table, types_k, types_p, weights, ints)
+                    table, types_k, types_p, weights, params, ints)
     if pos < 0 or pos >= nc:
         return True
     nd = cand[pos]
@@ -296,11 +296,12 @@ def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model
 
 
 def kernel_for(policy) -> tuple | None:
-    """(choose kernel, table, types_k, types_p, weights) for a policy with a compiled choice, else None."""
+    """(choose kernel, table, types_k, types_p, weights, params) for a policy with a compiled
+    choice, else None.  A policy may supply its own: a ``kernel()`` method returning that tuple."""
     from hybridsched.kinds.cluster import policies as P
 
     empty2 = np.zeros((0, 0))
-    none = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
     simple = {P.NodePolicy: _choose_first, P.RoundRobin: _choose_round_robin, P.Greedy: _choose_greedy,
               P.BestFit: _choose_best_fit}
     cls = type(policy)
@@ -313,7 +314,8 @@ def kernel_for(policy) -> tuple | None:
         return (_choose_table, table, *none)
     if cls is P.Oracle:
         return (_choose_table, np.ascontiguousarray(policy.inp.run_time), *none)
-    return None
+    own = getattr(cls, "kernel", None)  # a policy's own compiled choice (e.g. cem.ScoredEFT)
+    return own(policy) if own is not None else None
 
 
 def demand_classes(cpu: np.ndarray, mem: np.ndarray, k: np.ndarray, p: np.ndarray, allowed: np.ndarray

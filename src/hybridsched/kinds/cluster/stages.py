@@ -41,9 +41,10 @@ def _splits(run: Run) -> tuple[PodTable, PodTable, NodeTable]:
 def check_config(run: Run) -> None:
     """Every setting this kind reads, checked before the pipeline runs anything (stage
     ``check``): a bad value or a missing trace file fails here, with one line."""
-    from hybridsched.rl.cem import CEMSettings
     from pathlib import Path
 
+    from hybridsched.kinds.cluster.cem_train import ClusterCEMSettings
+    from hybridsched.rl.cem import CEMSettings
     from hybridsched.rl.dqn import DQNSettings
 
     Cluster.from_dict(run.cfg["cluster"])
@@ -57,6 +58,7 @@ def check_config(run: Run) -> None:
     for spec in run.policy_specs().values():
         instantiate(spec)
     CEMSettings.from_dict(run.cfg["cem"])
+    ClusterCEMSettings.from_dict(run.cfg["cem"].get("cluster"))
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -127,10 +129,30 @@ def train_dqn(run: Run) -> dict:
 
 
 def train_cem(run: Run) -> dict:
-    """No ``cem`` policy on this kind: the stage's outputs say why."""
-    from hybridsched.not_applicable import skip_train_cem
+    """The ``cem`` node scorer (kinds/cluster/cem.py), searched on a mixture of training-split
+    scenarios (cem_train.py): models/cem/theta.json, metrics/train_cem.json and its curve."""
+    from hybridsched.kinds.cluster.cem import MODEL_FILE
+    from hybridsched.kinds.cluster.cem_train import ClusterCEMSettings, train_scorer
+    from hybridsched.rl.cem import CEMSettings
 
-    return skip_train_cem(run, "not run yet: the cluster kind's `cem` scorer is being built")
+    cem_cfg = run.cfg["cem"]
+    cem, settings = CEMSettings.from_dict(cem_cfg), ClusterCEMSettings.from_dict(cem_cfg.get("cluster"))
+    train, _, nodes = _splits(run)
+    theta, history, metrics = train_scorer(train, _node_cluster(run, nodes), cem, settings)
+    doc = {"kind": "cluster", "workload": run.cfg["workload"]["name"], **metrics["weights"],
+           "train": without_timings(metrics)}
+    with atomic_dir(cem_cfg["model_dir"]) as tmp:
+        write_json(tmp / MODEL_FILE, doc)
+    out = run.metrics_dir
+    write_json(out / "train_cem.json", without_timings(metrics))
+    curve = pd.DataFrame(history)[["generation", "mean_cost", "elite_cost", "best_cost", "population_cost", "std"]]
+    write_frame(out / "plots" / "train_cem.csv", curve.round(6))
+    run.track("train_cem", metrics, [out / "train_cem.json", out / "plots" / "train_cem.csv"])
+    print(f"train_cem: {cem.generations} generations x {cem.population} on {settings.windows} training scenarios "
+          f"in {metrics['wall_s']:.1f} s; cost (mean JCT / eft's) {metrics['first_mean_cost']:.4f} -> "
+          f"{metrics['last_mean_cost']:.4f}; picked generation {metrics.get('selected_generation', 'last')}, "
+          f"cost on fresh training scenarios {metrics.get('check_cost', float('nan')):.4f}")
+    return metrics
 
 
 def tune(run: Run) -> dict:
