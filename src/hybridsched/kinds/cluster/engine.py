@@ -224,19 +224,20 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
     """The run in ``kernels.run_loop``; the final state goes to ``policy.finish`` as usual."""
     from hybridsched.kinds.cluster.kernels import demand_classes, run_loop
 
-    choose, table, types_k, types_p, weights = fast
+    choose, mode, data, ints = fast
     n = len(inp)
     state = ClusterState(cluster)
     start, end = np.full(n, np.nan), np.full(n, np.nan)
     node_of = np.full(n, -1, dtype=np.int64)
     mask = np.zeros(n, dtype=np.int64)
     allowed = np.ascontiguousarray(inp.allowed)
+    if allowed.shape[1] > 62:
+        raise HybridschedError(f"the compiled cluster loop indexes at most 62 GPU models, got {allowed.shape[1]}")
     demand, n_demand = demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
-    err = run_loop(choose, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model, key,
-                   np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
+    err = run_loop(choose, mode, data, ints, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model,
+                   key, np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
                    cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
-                   (cluster.nodes.n_gpu > 0), np.ascontiguousarray(table, dtype=np.float64), types_k, types_p,
-                   weights, np.zeros(1, dtype=np.int64), start, end, node_of, mask, demand, n_demand)
+                   (cluster.nodes.n_gpu > 0), state.version, start, end, node_of, mask, demand, n_demand)
     if err:
         i = -1 - int(err)
         raise HybridschedError(f"policy {policy.name!r} made an invalid choice for task {inp.tasks.name[i]!r}")

@@ -18,24 +18,31 @@ parameters (``prepare``/``fit`` run as before and this module reads their attrib
 
 from __future__ import annotations
 
-from fractions import Fraction
-from math import lcm
 
 import numpy as np
 from numba import njit
 
+from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
 from hybridsched.kinds.cluster.trace import MILLI
 # (time, task) min-heap whose ties pop in task order, as heapq orders the Python loop's tuples
 from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
 from hybridsched.kinds.machine.timeline import heap_push as _heap_push
 
-# slots of the integer scalars S_I
+# how the loop asks the node index for an arriving task's feasible nodes (``_arrival_candidates``)
+ALL, FIRST, NEXT_FROM = 0, 1, 2
+# slots of the integer scalars ``ints`` (round robin's next node)
 _RR_NEXT = 0
 
 
+# --- choice kernels: (i, cand, nc, st, pd) -> (position in cand[:nc], pinned GPU or -1) --------
+# ``st`` = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version),
+# ``pd`` = the policy's own data (see ``kernel_for``).
+
+
 @njit(cache=True)
-def _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu):
+def _left_after(i, nd, st):
     """``NodePolicy.left_after`` for one node (same float operations in the same order)."""
+    k, p, cpu, gpu_free, cpu_free, has_gpu = st[0], st[1], st[2], st[3], st[4], st[5]
     if k[i] > 0:
         s = 0.0
         for g in range(gpu_free.shape[1]):
@@ -47,14 +54,13 @@ def _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu):
 
 
 @njit(cache=True)
-def _choose_first(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                  table, types_k, types_p, weights, ints):
+def _choose_first(i, cand, nc, st, pd):
     return 0, -1
 
 
 @njit(cache=True)
-def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                        table, types_k, types_p, weights, ints):
+def _choose_round_robin(i, cand, nc, st, pd):
+    ints = pd[0]
     nxt = ints[_RR_NEXT]
     pos = np.searchsorted(cand[:nc], nxt)
     if pos >= nc:
@@ -64,8 +70,15 @@ def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu
 
 
 @njit(cache=True)
-def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                   table, types_k, types_p, weights, ints):
+def _choose_random(i, cand, nc, st, pd):
+    """``Random.choose``: ``rng.integers(nc)`` on the policy's own generator (numba draws the
+    same numbers from the same bit generator, and advances it as numpy does)."""
+    return pd[0].integers(0, nc), -1
+
+
+@njit(cache=True)
+def _choose_greedy(i, cand, nc, st, pd):
+    k, gpu_free, cpu_free, gpu_cap, cpu_milli = st[0], st[3], st[4], st[6], st[7]
     best, best_load = 0, np.inf
     for c in range(nc):
         nd = cand[c]
@@ -85,28 +98,140 @@ def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap,
 
 
 @njit(cache=True)
-def _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                     table, types_k, types_p, weights, ints):
+def _choose_best_fit(i, cand, nc, st, pd):
     best, best_v = 0, np.inf
     for c in range(nc):
-        v = _left_after(i, cand[c], k, p, cpu, gpu_free, cpu_free, has_gpu)
+        v = _left_after(i, cand[c], st)
         if v < best_v:
             best, best_v = c, v
     return best, -1
 
 
 @njit(cache=True)
-def _choose_table(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                  table, types_k, types_p, weights, ints):
+def _choose_table(i, cand, nc, st, pd):
     """Lowest ``table[i, model of node]`` (estimated finish), ties best fit."""
+    table, node_model = pd[0], st[8]
     best, b1, b2 = 0, np.inf, np.inf
     for c in range(nc):
         nd = cand[c]
         v1 = table[i, node_model[nd]]
-        v2 = _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu)
+        v2 = _left_after(i, nd, st)
         if v1 < b1 or (v1 == b1 and v2 < b2):
             best, b1, b2 = c, v1, v2
     return best, -1
+
+
+@njit(cache=True)
+def _choose_fgd(i, cand, nc, st, pd):
+    """``FragmentationGradientDescent.choose``: least fragmentation increase, ties best fit; the
+    per-node statistics and the per-shape scores are cached until the node changes
+    (``version``), as ``fragmentation.FragCache`` does."""
+    cpu, gpu_free, cpu_free, node_model, version = st[2], st[3], st[4], st[8], st[9]
+    tk, tp, tcpu, tallow, tw, cnt, lt, frag, stat_ver = pd[0], pd[1], pd[2], pd[3], pd[4], pd[5], pd[6], pd[7], pd[8]
+    shape, shape_k, shape_p, memo_d, memo_g, memo_v, cnt2, lt2, taken = (pd[9], pd[10], pd[11], pd[12], pd[13],
+                                                                          pd[14], pd[15], pd[16], pd[17])
+    s = shape[i]
+    kk, pp = shape_k[s], shape_p[s]
+    memo = s < memo_d.shape[0]  # only the most frequent shapes are memoised (a cap on memory)
+    best, b1, b2, bg = 0, np.inf, np.inf, -1
+    for c in range(nc):
+        nd = cand[c]
+        if memo and memo_v[s, nd] == version[nd]:
+            v1, g = memo_d[s, nd], memo_g[s, nd]
+        else:
+            if stat_ver[nd] != version[nd]:
+                _node_stat_one(nd, gpu_free, cpu_free, node_model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
+                stat_ver[nd] = version[nd]
+            v1, g = _fgd_one(nd, gpu_free, cpu_free, node_model, cnt, lt, frag, cpu[i], kk, pp, tk, tp, tcpu,
+                             tallow, tw, cnt2, lt2, taken)
+            if memo:
+                memo_d[s, nd], memo_g[s, nd], memo_v[s, nd] = v1, g, version[nd]
+        v2 = _left_after(i, nd, st)
+        if v1 < b1 or (v1 == b1 and v2 < b2):
+            best, b1, b2, bg = c, v1, v2, g
+    return best, bg
+
+
+# --- the node index: a max tree over the nodes' free resources --------------------------------
+# Leaf n holds node n's free CPU, free memory, its k-th largest free GPU for every k, and its
+# GPU model as a bit; an inner node holds the maxima (and the OR) of its children.  A subtree
+# whose maxima cannot hold a task has no node that fits it, so the search skips it; leaves are
+# tested exactly (``_fits``), in increasing node order, so the candidates are the plain scan's.
+
+
+@njit(cache=True)
+def _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, nd, cpu_free, mem_free, gpu_free):
+    """Refresh node ``nd``'s leaf and its ancestors after its free resources changed."""
+    x = size + nd
+    tree_cpu[x] = cpu_free[nd]
+    tree_mem[x] = mem_free[nd]
+    G = gpu_free.shape[1]
+    for g in range(G):  # insertion sort, decreasing
+        v = gpu_free[nd, g]
+        j = g
+        while j > 0 and tree_gpu[x, j - 1] < v:
+            tree_gpu[x, j] = tree_gpu[x, j - 1]
+            j -= 1
+        tree_gpu[x, j] = v
+    x >>= 1
+    while x >= 1:
+        a, b = 2 * x, 2 * x + 1
+        tree_cpu[x] = max(tree_cpu[a], tree_cpu[b])
+        tree_mem[x] = max(tree_mem[a], tree_mem[b])
+        for g in range(G):
+            tree_gpu[x, g] = max(tree_gpu[a, g], tree_gpu[b, g])
+        x >>= 1
+
+
+@njit(cache=True)
+def _tree_build(tree_cpu, tree_mem, tree_gpu, tree_bits, size, cpu_free, mem_free, gpu_free, node_model):
+    tree_cpu[:] = -np.inf
+    tree_mem[:] = -np.inf
+    tree_gpu[:] = -np.inf
+    tree_bits[:] = 0
+    for nd in range(cpu_free.shape[0]):
+        tree_bits[size + nd] = np.int64(1) << node_model[nd]
+        _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, nd, cpu_free, mem_free, gpu_free)
+    for x in range(size - 1, 0, -1):
+        tree_bits[x] = tree_bits[2 * x] | tree_bits[2 * x + 1]
+
+
+@njit(cache=True)
+def _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, n_nodes, i, bits, lo, limit, cand, stack,
+                 k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
+    """The feasible nodes of index >= ``lo`` for task ``i`` (model bits ``bits``), in increasing
+    order, at most ``limit`` of them, written to ``cand``; returns their number."""
+    nc = 0
+    stack[0] = 1
+    top = 1
+    while top > 0:
+        top -= 1
+        x = stack[top]
+        # the range of leaves under x: x at level d covers size >> d leaves
+        span = size
+        y = x
+        while y > 1:
+            y >>= 1
+            span >>= 1
+        first = (x - (size // span)) * span
+        if first + span <= lo or first >= n_nodes:
+            continue
+        if tree_cpu[x] < cpu[i] or tree_mem[x] < mem[i] or (tree_bits[x] & bits) == 0:
+            continue
+        if k[i] > 0 and tree_gpu[x, k[i] - 1] < p[i]:
+            continue
+        if x >= size:
+            nd = x - size
+            if _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
+                cand[nc] = nd
+                nc += 1
+                if nc >= limit:
+                    return nc
+            continue
+        stack[top] = 2 * x + 1  # right pushed first: the left subtree (lower nodes) is searched first
+        stack[top + 1] = 2 * x
+        top += 2
+    return nc
 
 
 @njit(cache=True)
@@ -138,32 +263,95 @@ def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_fr
     return n_ok >= k[i]
 
 
+# --- the waiting queue: one binary heap of task ids per demand class, ordered by (key, id) -----
+
+
+@njit(cache=True)
+def _before(a, b, key):
+    return key[a] < key[b] or (key[a] == key[b] and a < b)
+
+
+@njit(cache=True)
+def _qpush(h, base, size, x, key):
+    """Push task ``x`` on the heap ``h[base:base + size]``; the caller grows ``size``."""
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        if not _before(x, h[base + parent], key):
+            break
+        h[base + j] = h[base + parent]
+        j = parent
+    h[base + j] = x
+
+
+@njit(cache=True)
+def _qpop(h, base, size, key):
+    """Remove ``h[base]`` (the first task) from a heap of ``size``; the caller shrinks ``size``."""
+    size -= 1
+    x = h[base + size]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and _before(h[base + c + 1], h[base + c], key):
+            c += 1
+        if not _before(h[base + c], x, key):
+            break
+        h[base + j] = h[base + c]
+        j = c
+    if size > 0:
+        h[base + j] = x
+
+
 @njit
-def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
-             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu,
-             table, types_k, types_p, weights, ints, start, end, node_of, gpu_mask, demand, n_demand):
+def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
+             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, version,
+             start, end, node_of, gpu_mask, demand, n_demand):
     """The whole run; fills start/end/node_of/gpu_mask. Returns 0, or -1 - i when the kernel
     chose an invalid position or GPU for task i (the caller raises).
 
-    ``demand[i]``: the task's demand class (equal cpu, memory, k, p and allowed models): within
-    one queue pass resources only shrink, so once a class fits none of the released nodes its
-    other queued tasks are skipped without a fit test (the same result, fewer tests)."""
+    Arrivals find their feasible nodes through the node index (``_tree_search``; ``mode``: ALL,
+    or for first fit and round robin only the one they take).  The queue is one heap per demand
+    class ``demand[i]`` (equal cpu, memory, k, p and allowed models): tasks of a class fit the
+    same nodes, so a queue pass only needs each class's first task, and takes them in queue
+    order (key, then arrival) until none fits the released nodes - the task the plain in-order
+    scan takes, since resources only shrink within a pass."""
     n = arrival.shape[0]
     N = cpu_free.shape[0]
     G = gpu_free.shape[1]
+    M = allowed.shape[1]
+    st = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version)
+    # node index
+    size = 1
+    while size < N:
+        size *= 2
+    tree_cpu = np.empty(2 * size)
+    tree_mem = np.empty(2 * size)
+    tree_gpu = np.empty((2 * size, max(G, 1)))
+    tree_bits = np.zeros(2 * size, dtype=np.int64)
+    _tree_build(tree_cpu, tree_mem, tree_gpu, tree_bits, size, cpu_free, mem_free, gpu_free, node_model)
+    stack = np.empty(2 * 64 + 2, dtype=np.int64)
+    # running tasks: (end, id) heap
     ht = np.empty(n + 1)
     hi = np.empty(n + 1, dtype=np.int64)
     hn = 0
-    q_ids = np.empty(n + 1, dtype=np.int64)
-    q_keys = np.empty(n + 1)
-    qn = 0
+    # waiting tasks: per class heap in q[cbase[c]:cbase[c] + csize[c]]; active = nonempty classes
+    cbase = np.zeros(n_demand + 1, dtype=np.int64)
+    for i in range(n):
+        cbase[demand[i] + 1] += 1
+    for c in range(n_demand):
+        cbase[c + 1] += cbase[c]
+    csize = np.zeros(n_demand, dtype=np.int64)
+    q = np.empty(n, dtype=np.int64)
+    active = np.empty(n_demand, dtype=np.int64)
+    active_pos = np.full(n_demand, -1, dtype=np.int64)
+    n_active = 0
+    heads = np.empty(n_demand, dtype=np.int64)  # a pass's heap of class heads
     cand = np.empty(N, dtype=np.int64)
     released = np.empty(N, dtype=np.int64)
     rel_mark = np.zeros(N, dtype=np.bool_)
-    pick = np.empty(G, dtype=np.int64)
-    failed = np.zeros(n_demand, dtype=np.int64)  # pass number in which the class last fit nowhere
-    n_pass = 0
-    gpus_of = np.full((n, G), -1, dtype=np.int64)  # chosen GPUs per task (-1 = none)
+    pick = np.empty(max(G, 1), dtype=np.int64)
     nxt = 0
     while nxt < n or hn > 0:
         if hn > 0 and (nxt >= n or ht[0] <= arrival[nxt]):
@@ -175,10 +363,12 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
                 nd = node_of[i]
                 cpu_free[nd] += cpu[i]
                 mem_free[nd] += mem[i]
-                for j in range(G):
-                    g = gpus_of[i, j]
-                    if g >= 0:
+                m = gpu_mask[i]
+                for g in range(G):
+                    if (m >> g) & 1:
                         gpu_free[nd, g] += p[i]
+                version[nd] += 1
+                _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, nd, cpu_free, mem_free, gpu_free)
                 if not rel_mark[nd]:
                     rel_mark[nd] = True
                     released[nrel] = nd
@@ -186,92 +376,94 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
             rel = np.sort(released[:nrel])
             for r in range(nrel):
                 rel_mark[rel[r]] = False
-            # one pass over the queue (backfilling): earlier tasks fit nowhere and resources only shrink
-            n_pass += 1
-            s = 0
-            while s < qn and nrel > 0:
-                j = s
-                found = False
-                nc = 0
-                while j < qn:
-                    i = q_ids[j]
-                    nc = 0
-                    if failed[demand[i]] == n_pass:
-                        j += 1
-                        continue
-                    for r in range(nrel):
-                        if _fits(i, rel[r], k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
-                            cand[nc] = rel[r]
-                            nc += 1
-                    if nc > 0:
-                        found = True
+            if n_active == 0:
+                continue
+            # one pass over the queue (backfilling): the classes whose first task fits a released node
+            nh = 0
+            for a in range(n_active):
+                c = active[a]
+                i = q[cbase[c]]
+                for r in range(nrel):
+                    if _fits(i, rel[r], k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
+                        _qpush(heads, 0, nh, i, key)
+                        nh += 1
                         break
-                    failed[demand[i]] = n_pass
-                    j += 1
-                if not found:
-                    break
-                i = q_ids[j]
-                for jj in range(j, qn - 1):
-                    q_ids[jj] = q_ids[jj + 1]
-                    q_keys[jj] = q_keys[jj + 1]
-                qn -= 1
-                err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
-                             weights, ints, start, end, node_of, gpus_of, pick)
+            while nh > 0:
+                i = heads[0]
+                _qpop(heads, 0, nh, key)
+                nh -= 1
+                nc = 0
+                for r in range(nrel):
+                    if _fits(i, rel[r], k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
+                        cand[nc] = rel[r]
+                        nc += 1
+                if nc == 0:
+                    continue  # fits no released node any more, nor will it in this pass
+                c = demand[i]
+                _qpop(q, cbase[c], csize[c], key)
+                csize[c] -= 1
+                if csize[c] > 0:
+                    _qpush(heads, 0, nh, q[cbase[c]], key)
+                    nh += 1
+                else:
+                    a = active_pos[c]
+                    n_active -= 1
+                    active[a] = active[n_active]
+                    active_pos[active[a]] = a
+                    active_pos[c] = -1
+                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
+                _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, node_of[i], cpu_free, mem_free, gpu_free)
                 hn = _heap_push(ht, hi, hn, end[i], i)
-                s = j
         else:
             i = nxt
             nxt += 1
             t = arrival[i]
-            nc = 0
-            for nd in range(N):
-                if _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
-                    cand[nc] = nd
-                    nc += 1
+            bits = np.int64(0)
+            for j in range(M):
+                if allowed[i, j]:
+                    bits |= np.int64(1) << j
+            if mode == FIRST:
+                nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, 0, 1, cand, stack,
+                                  k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+            elif mode == NEXT_FROM:
+                nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, ints[_RR_NEXT], 1,
+                                  cand, stack, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+                if nc == 0:
+                    nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, 0, 1, cand,
+                                      stack, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+            else:
+                nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, 0, N, cand, stack,
+                                  k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
             if nc > 0:
-                err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
-                             weights, ints, start, end, node_of, gpus_of, pick)
+                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
+                _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, node_of[i], cpu_free, mem_free, gpu_free)
                 hn = _heap_push(ht, hi, hn, end[i], i)
             else:
-                # insert after every queued task with key <= key[i] (np.searchsorted side="right")
-                lo, hi_ = 0, qn
-                while lo < hi_:
-                    mid = (lo + hi_) >> 1
-                    if q_keys[mid] <= key[i]:
-                        lo = mid + 1
-                    else:
-                        hi_ = mid
-                for jj in range(qn, lo, -1):
-                    q_ids[jj] = q_ids[jj - 1]
-                    q_keys[jj] = q_keys[jj - 1]
-                q_ids[lo] = i
-                q_keys[lo] = key[i]
-                qn += 1
-    for i in range(n):
-        m = 0
-        for j in range(G):
-            if gpus_of[i, j] >= 0:
-                m |= 1 << gpus_of[i, j]
-        gpu_mask[i] = m
+                c = demand[i]
+                _qpush(q, cbase[c], csize[c], i, key)
+                csize[c] += 1
+                if csize[c] == 1:
+                    active[n_active] = c
+                    active_pos[c] = n_active
+                    n_active += 1
     return 0
 
 
 @njit
-def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-           cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p, weights, ints,
-           start, end, node_of, gpus_of, pick):
-    pos, g = choose(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                    table, types_k, types_p, weights, ints)
+def _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+           cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
+    pos, g = choose(i, cand, nc, st, pd)
     if pos < 0 or pos >= nc:
         return True
     nd = cand[pos]
     kk = k[i]
+    m = 0
     if kk > 0:
         if g >= 0:
             if kk != 1 or gpu_free[nd, g] < p[i]:
@@ -279,12 +471,13 @@ def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model
             pick[0] = g
         else:
             _best_fit_into(gpu_free[nd], kk, p[i], pick)
-        # the Python engine stores the GPUs sorted; the mask does not care, the release order neither
         for j in range(kk):
             gpu_free[nd, pick[j]] -= p[i]
-            gpus_of[i, j] = pick[j]
+            m |= np.int64(1) << pick[j]
+    gpu_mask[i] = m
     cpu_free[nd] -= cpu[i]
     mem_free[nd] -= mem[i]
+    version[nd] += 1
     rt = run_time[i, node_model[nd]]
     start[i] = t
     end[i] = t + rt
@@ -296,24 +489,56 @@ def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model
 
 
 def kernel_for(policy) -> tuple | None:
-    """(choose kernel, table, types_k, types_p, weights) for a policy with a compiled choice, else None."""
+    """(choose kernel, search mode, policy data, int scalars) for a policy with a compiled choice,
+    else None.  Call after ``policy.prepare``: the data are read from the prepared policy."""
     from hybridsched.kinds.cluster import policies as P
 
-    empty2 = np.zeros((0, 0))
-    none = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
-    simple = {P.NodePolicy: _choose_first, P.RoundRobin: _choose_round_robin, P.Greedy: _choose_greedy,
-              P.BestFit: _choose_best_fit}
+    ints = np.zeros(1, dtype=np.int64)  # round robin's next node, shared by the search and the kernel
+    none = (np.zeros(0),)
     cls = type(policy)
+    simple = {P.NodePolicy: (_choose_first, FIRST), P.Greedy: (_choose_greedy, ALL),
+              P.BestFit: (_choose_best_fit, ALL)}
     if cls in simple:
-        return (simple[cls], empty2, *none)
+        return (*simple[cls], none, ints)
+    if cls is P.RoundRobin:
+        return _choose_round_robin, NEXT_FROM, (ints,), ints
+    if cls is P.Random and not policy.random_gpus:
+        return _choose_random, ALL, (policy.rng,), ints
     if cls is P.EarliestFinishTime:
         speed = policy.cluster.model_speed()
         # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
         table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
-        return (_choose_table, table, *none)
+        return _choose_table, ALL, (np.ascontiguousarray(table, dtype=np.float64),), ints
     if cls is P.Oracle:
-        return (_choose_table, np.ascontiguousarray(policy.inp.run_time), *none)
+        return _choose_table, ALL, (np.ascontiguousarray(policy.inp.run_time, dtype=np.float64),), ints
+    if cls is P.FragmentationGradientDescent:
+        return _choose_fgd, ALL, _fgd_data(policy), ints
     return None
+
+
+FGD_MEMO_ENTRIES = 20_000_000  # memoised (shape, node) scores at most (3 arrays of this many entries)
+
+
+def _fgd_data(policy) -> tuple:
+    """FGD's kernel data: the mix, per-node statistics (stale until computed), per task its pod
+    shape (CPU, GPU count, milli; most frequent first) and the per-(shape, node) score memo."""
+    from hybridsched.kinds.cluster.fragmentation import _mix_args
+
+    inp, n_nodes, g_slots = policy.inp, policy.cluster.n_nodes, policy.cluster.gpu_cap.shape[1]
+    tk, tp, tcpu, tallow, tw = _mix_args(policy.mix)
+    rows = np.column_stack([inp.cpu, inp.k.astype(np.float64), inp.p]).reshape(-1, 3)
+    uniq, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(-counts, kind="stable")] = np.arange(len(uniq))
+    order = np.argsort(rank)
+    shape = rank[np.asarray(inverse).reshape(-1)].astype(np.int64)
+    n_memo = min(len(uniq), FGD_MEMO_ENTRIES // max(n_nodes, 1))
+    return (tk, tp, tcpu, tallow, tw, np.zeros((n_nodes, len(tk)), dtype=np.int64), np.zeros((n_nodes, len(tk))),
+            np.zeros(n_nodes), np.full(n_nodes, -1, dtype=np.int64), shape,
+            uniq[order, 1].astype(np.int64), uniq[order, 2].copy(),
+            np.zeros((n_memo, n_nodes)), np.full((n_memo, n_nodes), -1, dtype=np.int64),
+            np.full((n_memo, n_nodes), -1, dtype=np.int64),
+            np.empty(len(tk), dtype=np.int64), np.empty(len(tk)), np.zeros(max(g_slots, 1), dtype=np.bool_))
 
 
 def demand_classes(cpu: np.ndarray, mem: np.ndarray, k: np.ndarray, p: np.ndarray, allowed: np.ndarray
