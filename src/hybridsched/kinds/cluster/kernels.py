@@ -9,27 +9,34 @@ order), the same fit test and best-fit GPU choice.  The tests compare whole trac
 with the Python loop for every policy here on a slice of the real trace.
 
 A choice kernel gets the task ``i``, the feasible nodes ``cand[:nc]`` (increasing index), the
-task and state arrays and the policy's data (a per-task-and-GPU-model ``table``, FGD's task
-mix, an int scratch ``ints``), and returns ``(position, gpu)``: ``gpu`` >= 0 pins the task to
-that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
+state arrays ``st`` and the policy's data ``pd`` (a per-task-and-GPU-model ``table``, FGD's task
+mix and caches, an int scratch ``ints``, a generator), and returns ``(position, gpu)``: ``gpu``
+>= 0 pins the task to that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
+An arrival finds its feasible nodes through ``node_index`` instead of testing every node; for
+the policies that take the least of a key (greedy, best fit, EFT, oracle) the index finds that
+node directly, and for random the r-th feasible node.
 The kernels mirror ``policies.py``; the policy objects stay the single source of their
 parameters (``prepare``/``fit`` run as before and this module reads their attributes).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
+from hybridsched.kinds.cluster import node_index as NI
 from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
 from hybridsched.kinds.cluster.trace import MILLI
 # (time, task) min-heap whose ties pop in task order, as heapq orders the Python loop's tuples
 from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
 from hybridsched.kinds.machine.timeline import heap_push as _heap_push
 
-# how the loop asks the node index for an arriving task's feasible nodes (``_arrival_candidates``)
-ALL, FIRST, NEXT_FROM = 0, 1, 2
+# how an arrival asks the node index (node_index.py) for its node: every feasible node (the
+# kernel chooses), the first, the first from round robin's next node on, a uniformly random one,
+# or the least of a key (node_index.best; the kernel then sees only that node)
+ALL, FIRST, NEXT_FROM, RANDOM, BEST = 0, 1, 2, 3, 4
 # slots of the integer scalars ``ints`` (round robin's next node)
 _RR_NEXT = 0
 
@@ -152,88 +159,6 @@ def _choose_fgd(i, cand, nc, st, pd):
     return best, bg
 
 
-# --- the node index: a max tree over the nodes' free resources --------------------------------
-# Leaf n holds node n's free CPU, free memory, its k-th largest free GPU for every k, and its
-# GPU model as a bit; an inner node holds the maxima (and the OR) of its children.  A subtree
-# whose maxima cannot hold a task has no node that fits it, so the search skips it; leaves are
-# tested exactly (``_fits``), in increasing node order, so the candidates are the plain scan's.
-
-
-@njit(cache=True)
-def _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, nd, cpu_free, mem_free, gpu_free):
-    """Refresh node ``nd``'s leaf and its ancestors after its free resources changed."""
-    x = size + nd
-    tree_cpu[x] = cpu_free[nd]
-    tree_mem[x] = mem_free[nd]
-    G = gpu_free.shape[1]
-    for g in range(G):  # insertion sort, decreasing
-        v = gpu_free[nd, g]
-        j = g
-        while j > 0 and tree_gpu[x, j - 1] < v:
-            tree_gpu[x, j] = tree_gpu[x, j - 1]
-            j -= 1
-        tree_gpu[x, j] = v
-    x >>= 1
-    while x >= 1:
-        a, b = 2 * x, 2 * x + 1
-        tree_cpu[x] = max(tree_cpu[a], tree_cpu[b])
-        tree_mem[x] = max(tree_mem[a], tree_mem[b])
-        for g in range(G):
-            tree_gpu[x, g] = max(tree_gpu[a, g], tree_gpu[b, g])
-        x >>= 1
-
-
-@njit(cache=True)
-def _tree_build(tree_cpu, tree_mem, tree_gpu, tree_bits, size, cpu_free, mem_free, gpu_free, node_model):
-    tree_cpu[:] = -np.inf
-    tree_mem[:] = -np.inf
-    tree_gpu[:] = -np.inf
-    tree_bits[:] = 0
-    for nd in range(cpu_free.shape[0]):
-        tree_bits[size + nd] = np.int64(1) << node_model[nd]
-        _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, nd, cpu_free, mem_free, gpu_free)
-    for x in range(size - 1, 0, -1):
-        tree_bits[x] = tree_bits[2 * x] | tree_bits[2 * x + 1]
-
-
-@njit(cache=True)
-def _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, n_nodes, i, bits, lo, limit, cand, stack,
-                 k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
-    """The feasible nodes of index >= ``lo`` for task ``i`` (model bits ``bits``), in increasing
-    order, at most ``limit`` of them, written to ``cand``; returns their number."""
-    nc = 0
-    stack[0] = 1
-    top = 1
-    while top > 0:
-        top -= 1
-        x = stack[top]
-        # the range of leaves under x: x at level d covers size >> d leaves
-        span = size
-        y = x
-        while y > 1:
-            y >>= 1
-            span >>= 1
-        first = (x - (size // span)) * span
-        if first + span <= lo or first >= n_nodes:
-            continue
-        if tree_cpu[x] < cpu[i] or tree_mem[x] < mem[i] or (tree_bits[x] & bits) == 0:
-            continue
-        if k[i] > 0 and tree_gpu[x, k[i] - 1] < p[i]:
-            continue
-        if x >= size:
-            nd = x - size
-            if _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
-                cand[nc] = nd
-                nc += 1
-                if nc >= limit:
-                    return nc
-            continue
-        stack[top] = 2 * x + 1  # right pushed first: the left subtree (lower nodes) is searched first
-        stack[top + 1] = 2 * x
-        top += 2
-    return nc
-
-
 @njit(cache=True)
 def _best_fit_into(row, kk, pp, out):
     """The ``kk`` GPUs of ``row`` with the least free milli that still hold ``pp`` (stable ties:
@@ -305,14 +230,14 @@ def _qpop(h, base, size, key):
 
 
 @njit
-def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
+def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, version,
              start, end, node_of, gpu_mask, demand, n_demand):
     """The whole run; fills start/end/node_of/gpu_mask. Returns 0, or -1 - i when the kernel
     chose an invalid position or GPU for task i (the caller raises).
 
-    Arrivals find their feasible nodes through the node index (``_tree_search``; ``mode``: ALL,
-    or for first fit and round robin only the one they take).  The queue is one heap per demand
+    Arrivals find their node through the node index (``node_index``; ``mode``: see ALL ... BEST,
+    ``how``: the key BEST minimises, ``rng``: RANDOM's generator, ``table``: the TABLE key).  The queue is one heap per demand
     class ``demand[i]`` (equal cpu, memory, k, p and allowed models): tasks of a class fit the
     same nodes, so a queue pass only needs each class's first task, and takes them in queue
     order (key, then arrival) until none fits the released nodes - the task the plain in-order
@@ -322,16 +247,10 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
     G = gpu_free.shape[1]
     M = allowed.shape[1]
     st = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version)
-    # node index
-    size = 1
-    while size < N:
-        size *= 2
-    tree_cpu = np.empty(2 * size)
-    tree_mem = np.empty(2 * size)
-    tree_gpu = np.empty((2 * size, max(G, 1)))
-    tree_bits = np.zeros(2 * size, dtype=np.int64)
-    _tree_build(tree_cpu, tree_mem, tree_gpu, tree_bits, size, cpu_free, mem_free, gpu_free, node_model)
-    stack = np.empty(2 * 64 + 2, dtype=np.int64)
+    tr = NI.new(N, G, node_model, gpu_cap)
+    for nd in range(N):
+        NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
+    stack = np.empty(NI._MAX_DEPTH, dtype=np.int64)
     # running tasks: (end, id) heap
     ht = np.empty(n + 1)
     hi = np.empty(n + 1, dtype=np.int64)
@@ -368,7 +287,7 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
                     if (m >> g) & 1:
                         gpu_free[nd, g] += p[i]
                 version[nd] += 1
-                _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, nd, cpu_free, mem_free, gpu_free)
+                NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
                 if not rel_mark[nd]:
                     rel_mark[nd] = True
                     released[nrel] = nd
@@ -415,7 +334,7 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
                              cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
-                _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, node_of[i], cpu_free, mem_free, gpu_free)
+                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
                 hn = _heap_push(ht, hi, hn, end[i], i)
         else:
             i = nxt
@@ -425,24 +344,36 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
             for j in range(M):
                 if allowed[i, j]:
                     bits |= np.int64(1) << j
-            if mode == FIRST:
-                nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, 0, 1, cand, stack,
-                                  k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+            ki, pi, ci, mi = k[i], p[i], cpu[i], mem[i]
+            if mode == BEST:
+                nc = 0
+                nd = NI.best(tr, how, bits, i, ki, pi, ci, mi, table, stack)
+                if nd >= 0:
+                    cand[0] = nd
+                    nc = 1
+            elif mode == RANDOM:
+                nc = NI.count(tr, bits, ki, pi, ci, mi, stack)
+                if nc > 0:
+                    cand[0] = NI.nth(tr, bits, ki, pi, ci, mi, rng.integers(0, nc), stack)
+                    nc = 1
+            elif mode == FIRST:
+                nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, 1, cand, stack)
             elif mode == NEXT_FROM:
-                nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, ints[_RR_NEXT], 1,
-                                  cand, stack, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+                nc = NI.search(tr, N, bits, ki, pi, ci, mi, ints[_RR_NEXT], 1, cand, stack)
                 if nc == 0:
-                    nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, 0, 1, cand,
-                                      stack, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+                    nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, 1, cand, stack)
             else:
-                nc = _tree_search(tree_cpu, tree_mem, tree_gpu, tree_bits, size, N, i, bits, 0, N, cand, stack,
-                                  k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free)
+                nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, N, cand, stack)
             if nc > 0:
-                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
+                if mode == RANDOM:  # drawn already: the kernel would draw again
+                    err = _place(_choose_first, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                                 cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
+                else:
+                    err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                                 cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
-                _tree_leaf(tree_cpu, tree_mem, tree_gpu, size, node_of[i], cpu_free, mem_free, gpu_free)
+                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
                 hn = _heap_push(ht, hi, hn, end[i], i)
             else:
                 c = demand[i]
@@ -488,31 +419,46 @@ def _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
 # --- which policies have a kernel ------------------------------------------------------------
 
 
-def kernel_for(policy) -> tuple | None:
-    """(choose kernel, search mode, policy data, int scalars) for a policy with a compiled choice,
-    else None.  Call after ``policy.prepare``: the data are read from the prepared policy."""
+class Kernel(NamedTuple):
+    """How ``run_loop`` runs one policy: its choice kernel and data, and how arrivals search."""
+
+    choose: object  # the choice kernel (a numba dispatcher)
+    mode: int  # ALL ... BEST
+    how: int  # BEST's key: node_index.LOAD, LEFT or TABLE
+    data: tuple  # the kernel's own data (``pd``)
+    ints: np.ndarray  # int scalars (round robin's next node), shared by the loop and the kernel
+    rng: np.random.Generator  # RANDOM's generator (the policy's own)
+    table: np.ndarray  # TABLE's key per task and GPU model
+
+
+def kernel_for(policy) -> Kernel | None:
+    """The compiled form of a policy whose exact class has one, else None.  Call after
+    ``policy.prepare``: the data are read from the prepared policy."""
     from hybridsched.kinds.cluster import policies as P
 
-    ints = np.zeros(1, dtype=np.int64)  # round robin's next node, shared by the search and the kernel
-    none = (np.zeros(0),)
+    ints = np.zeros(1, dtype=np.int64)
+    none, no_rng, no_table = (np.zeros(0),), np.random.default_rng(0), np.zeros((0, 0))
     cls = type(policy)
-    simple = {P.NodePolicy: (_choose_first, FIRST), P.Greedy: (_choose_greedy, ALL),
-              P.BestFit: (_choose_best_fit, ALL)}
-    if cls in simple:
-        return (*simple[cls], none, ints)
+    if cls is P.NodePolicy:
+        return Kernel(_choose_first, FIRST, NI.LOAD, none, ints, no_rng, no_table)
     if cls is P.RoundRobin:
-        return _choose_round_robin, NEXT_FROM, (ints,), ints
+        return Kernel(_choose_round_robin, NEXT_FROM, NI.LOAD, (ints,), ints, no_rng, no_table)
+    if cls is P.Greedy:
+        return Kernel(_choose_greedy, BEST, NI.LOAD, none, ints, no_rng, no_table)
+    if cls is P.BestFit:
+        return Kernel(_choose_best_fit, BEST, NI.LEFT, none, ints, no_rng, no_table)
     if cls is P.Random and not policy.random_gpus:
-        return _choose_random, ALL, (policy.rng,), ints
-    if cls is P.EarliestFinishTime:
-        speed = policy.cluster.model_speed()
-        # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
-        table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
-        return _choose_table, ALL, (np.ascontiguousarray(table, dtype=np.float64),), ints
-    if cls is P.Oracle:
-        return _choose_table, ALL, (np.ascontiguousarray(policy.inp.run_time, dtype=np.float64),), ints
+        return Kernel(_choose_random, RANDOM, NI.LOAD, (policy.rng,), ints, policy.rng, no_table)
+    if cls in (P.EarliestFinishTime, P.Oracle):
+        if cls is P.Oracle:
+            table = policy.inp.run_time
+        else:  # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
+            speed = policy.cluster.model_speed()
+            table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
+        table = np.ascontiguousarray(table, dtype=np.float64)
+        return Kernel(_choose_table, BEST, NI.TABLE, (table,), ints, no_rng, table)
     if cls is P.FragmentationGradientDescent:
-        return _choose_fgd, ALL, _fgd_data(policy), ints
+        return Kernel(_choose_fgd, ALL, NI.LOAD, _fgd_data(policy), ints, no_rng, no_table)
     return None
 
 
@@ -544,8 +490,17 @@ def _fgd_data(policy) -> tuple:
 def demand_classes(cpu: np.ndarray, mem: np.ndarray, k: np.ndarray, p: np.ndarray, allowed: np.ndarray
                    ) -> tuple[np.ndarray, int]:
     """Per task, the index of its demand class (same cpu, memory, GPU count and share, allowed
-    models), and the number of classes."""
-    rows = np.column_stack([cpu, mem, k.astype(np.float64), p, allowed.astype(np.float64)])
-    _, inverse = np.unique(rows, axis=0, return_inverse=True)
-    inverse = np.asarray(inverse).reshape(-1).astype(np.int64)
-    return inverse, int(inverse.max()) + 1 if len(inverse) else 0
+    models), and the number of classes.  Each column is coded on its own (a 1-D unique), then
+    the codes are combined: one 2-D unique over the rows would sort them as bytes, far slower."""
+    n = len(cpu)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    bits = (allowed.astype(np.int64) << np.arange(allowed.shape[1], dtype=np.int64)).sum(axis=1)
+    code = np.zeros(n, dtype=np.int64)
+    for col in (cpu, mem, k, p, bits):
+        _, inv = np.unique(col, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        code = code * (int(inv.max()) + 1) + inv
+        _, code = np.unique(code, return_inverse=True)  # renumber densely: the products stay small
+        code = np.asarray(code).reshape(-1).astype(np.int64)
+    return code, int(code.max()) + 1
