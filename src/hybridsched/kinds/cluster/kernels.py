@@ -13,8 +13,8 @@ state arrays ``st`` and the policy's data ``pd`` (a per-task-and-GPU-model ``tab
 mix and caches, an int scratch ``ints``, a generator), and returns ``(position, gpu)``: ``gpu``
 >= 0 pins the task to that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
 An arrival finds its feasible nodes through ``node_index`` instead of testing every node; for
-the policies that take the least of a key (greedy, best fit, EFT, oracle) the index finds that
-node directly, and for random the r-th feasible node.
+first fit, round robin and greedy the index finds the chosen node directly, for random the
+r-th feasible node.
 The kernels mirror ``policies.py``; the policy objects stay the single source of their
 parameters (``prepare``/``fit`` run as before and this module reads their attributes).
 """
@@ -35,8 +35,8 @@ from hybridsched.kinds.machine.timeline import heap_push as _heap_push
 
 # how an arrival asks the node index (node_index.py) for its node: every feasible node (the
 # kernel chooses), the first, the first from round robin's next node on, a uniformly random one,
-# or the least of a key (node_index.best; the kernel then sees only that node)
-ALL, FIRST, NEXT_FROM, RANDOM, BEST = 0, 1, 2, 3, 4
+# or greedy's least loaded one (the kernel then sees only that node)
+ALL, FIRST, NEXT_FROM, RANDOM, LEAST_LOADED = 0, 1, 2, 3, 4
 # slots of the integer scalars ``ints`` (round robin's next node)
 _RR_NEXT = 0
 
@@ -230,14 +230,14 @@ def _qpop(h, base, size, key):
 
 
 @njit
-def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
+def run_loop(choose, mode, pd, ints, rng, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, version,
              start, end, node_of, gpu_mask, demand, n_demand):
     """The whole run; fills start/end/node_of/gpu_mask. Returns 0, or -1 - i when the kernel
     chose an invalid position or GPU for task i (the caller raises).
 
-    Arrivals find their node through the node index (``node_index``; ``mode``: see ALL ... BEST,
-    ``how``: the key BEST minimises, ``rng``: RANDOM's generator, ``table``: the TABLE key).  The queue is one heap per demand
+    Arrivals find their node through the node index (``node_index``; ``mode``: see ALL ...
+    LEAST_LOADED, ``rng``: RANDOM's generator).  The queue is one heap per demand
     class ``demand[i]`` (equal cpu, memory, k, p and allowed models): tasks of a class fit the
     same nodes, so a queue pass only needs each class's first task, and takes them in queue
     order (key, then arrival) until none fits the released nodes - the task the plain in-order
@@ -249,7 +249,7 @@ def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, a
     st = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version)
     tr = NI.new(N, G, node_model, gpu_cap)
     for nd in range(N):
-        NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
+        NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli)
     stack = np.empty(NI._MAX_DEPTH, dtype=np.int64)
     # running tasks: (end, id) heap
     ht = np.empty(n + 1)
@@ -287,7 +287,7 @@ def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, a
                     if (m >> g) & 1:
                         gpu_free[nd, g] += p[i]
                 version[nd] += 1
-                NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
+                NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli)
                 if not rel_mark[nd]:
                     rel_mark[nd] = True
                     released[nrel] = nd
@@ -334,7 +334,7 @@ def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, a
                              cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
-                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
+                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
                 hn = _heap_push(ht, hi, hn, end[i], i)
         else:
             i = nxt
@@ -345,9 +345,9 @@ def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, a
                 if allowed[i, j]:
                     bits |= np.int64(1) << j
             ki, pi, ci, mi = k[i], p[i], cpu[i], mem[i]
-            if mode == BEST:
+            if mode == LEAST_LOADED:
                 nc = 0
-                nd = NI.best(tr, how, bits, i, ki, pi, ci, mi, table, stack)
+                nd = NI.least_loaded(tr, bits, ki, pi, ci, mi, stack)
                 if nd >= 0:
                     cand[0] = nd
                     nc = 1
@@ -373,7 +373,7 @@ def run_loop(choose, mode, how, pd, ints, rng, table, arrival, cpu, mem, k, p, a
                                  cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
-                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli, has_gpu)
+                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
                 hn = _heap_push(ht, hi, hn, end[i], i)
             else:
                 c = demand[i]
@@ -423,12 +423,10 @@ class Kernel(NamedTuple):
     """How ``run_loop`` runs one policy: its choice kernel and data, and how arrivals search."""
 
     choose: object  # the choice kernel (a numba dispatcher)
-    mode: int  # ALL ... BEST
-    how: int  # BEST's key: node_index.LOAD, LEFT or TABLE
+    mode: int  # ALL ... LEAST_LOADED
     data: tuple  # the kernel's own data (``pd``)
     ints: np.ndarray  # int scalars (round robin's next node), shared by the loop and the kernel
     rng: np.random.Generator  # RANDOM's generator (the policy's own)
-    table: np.ndarray  # TABLE's key per task and GPU model
 
 
 def kernel_for(policy) -> Kernel | None:
@@ -437,18 +435,18 @@ def kernel_for(policy) -> Kernel | None:
     from hybridsched.kinds.cluster import policies as P
 
     ints = np.zeros(1, dtype=np.int64)
-    none, no_rng, no_table = (np.zeros(0),), np.random.default_rng(0), np.zeros((0, 0))
+    none, no_rng = (np.zeros(0),), np.random.default_rng(0)
     cls = type(policy)
     if cls is P.NodePolicy:
-        return Kernel(_choose_first, FIRST, NI.LOAD, none, ints, no_rng, no_table)
+        return Kernel(_choose_first, FIRST, none, ints, no_rng)
     if cls is P.RoundRobin:
-        return Kernel(_choose_round_robin, NEXT_FROM, NI.LOAD, (ints,), ints, no_rng, no_table)
+        return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints, no_rng)
     if cls is P.Greedy:
-        return Kernel(_choose_greedy, BEST, NI.LOAD, none, ints, no_rng, no_table)
+        return Kernel(_choose_greedy, LEAST_LOADED, none, ints, no_rng)
     if cls is P.BestFit:
-        return Kernel(_choose_best_fit, BEST, NI.LEFT, none, ints, no_rng, no_table)
+        return Kernel(_choose_best_fit, ALL, none, ints, no_rng)
     if cls is P.Random and not policy.random_gpus:
-        return Kernel(_choose_random, RANDOM, NI.LOAD, (policy.rng,), ints, policy.rng, no_table)
+        return Kernel(_choose_random, RANDOM, (policy.rng,), ints, policy.rng)
     if cls in (P.EarliestFinishTime, P.Oracle):
         if cls is P.Oracle:
             table = policy.inp.run_time
@@ -456,9 +454,9 @@ def kernel_for(policy) -> Kernel | None:
             speed = policy.cluster.model_speed()
             table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
         table = np.ascontiguousarray(table, dtype=np.float64)
-        return Kernel(_choose_table, BEST, NI.TABLE, (table,), ints, no_rng, table)
+        return Kernel(_choose_table, ALL, (table,), ints, no_rng)
     if cls is P.FragmentationGradientDescent:
-        return Kernel(_choose_fgd, ALL, NI.LOAD, _fgd_data(policy), ints, no_rng, no_table)
+        return Kernel(_choose_fgd, ALL, _fgd_data(policy), ints, no_rng)
     return None
 
 

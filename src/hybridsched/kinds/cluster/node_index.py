@@ -2,9 +2,8 @@
 leaves are the nodes and whose inner entries hold the maxima and minima of their leaves.
 
 Per leaf: free CPU, free memory, the k-th largest free GPU for every k (k GPUs hold a share p
-exactly when the k-th largest holds it), the GPU model as a bit, and the policies' keys (greedy's
-GPU and CPU load, best fit's free GPU sum and CPU key), computed with the very expressions the
-choice kernels use.  A subtree whose maxima cannot hold a task has no node that fits it; one
+exactly when the k-th largest holds it), the GPU model as a bit, and greedy's GPU and CPU load,
+computed with the very expressions of its choice kernel.  A subtree whose maxima cannot hold a task has no node that fits it; one
 whose minima hold it (and whose models are all allowed) fits on every node.  So an arrival
 finds its nodes without testing every node:
 
@@ -24,10 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hybridsched.kinds.cluster.trace import MILLI
 
-# the keys :func:`best` minimises
-LOAD, LEFT, TABLE = 0, 1, 2
 _FIT_NONE, _FIT_SOME, _FIT_ALL = 0, 1, 2
 _MAX_DEPTH = 130  # stack entries: two per tree level
 
@@ -44,7 +40,6 @@ def new(n_nodes, n_gpu_slots, node_model, gpu_cap):  # pragma: no cover - compil
     bits = np.zeros(2 * size, dtype=np.int64)
     cnt = np.zeros(2 * size, dtype=np.int64)
     load_gpu, load_cpu = np.full(2 * size, np.inf), np.full(2 * size, np.inf)
-    sum_gpu, key_cpu = np.full(2 * size, np.inf), np.full(2 * size, np.inf)
     cap = np.zeros(n_nodes)
     for nd in range(n_nodes):
         bits[size + nd] = np.int64(1) << node_model[nd]
@@ -54,13 +49,13 @@ def new(n_nodes, n_gpu_slots, node_model, gpu_cap):  # pragma: no cover - compil
     for x in range(size - 1, 0, -1):
         bits[x] = bits[2 * x] | bits[2 * x + 1]
         cnt[x] = cnt[2 * x] + cnt[2 * x + 1]
-    return (hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, sum_gpu, key_cpu, cap)
+    return (hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, cap)
 
 
 @njit(cache=True)
-def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu):  # pragma: no cover - compiled
+def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli):  # pragma: no cover - compiled
     """Refresh node ``nd``'s leaf and its ancestors after its free resources changed."""
-    hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, sum_gpu, key_cpu, cap = tr
+    hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, cap = tr
     size = cnt.shape[0] // 2
     x = size + nd
     hi_cpu[x] = lo_cpu[x] = cpu_free[nd]
@@ -77,11 +72,9 @@ def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu):  # pragma: n
         hi_gpu[x, j] = v
     for g in range(G):
         lo_gpu[x, g] = hi_gpu[x, g]
-    # the keys, as the choice kernels compute them (kernels._choose_greedy, kernels._left_after)
+    # greedy's loads, as its choice kernel computes them (kernels._choose_greedy)
     load_gpu[x] = 1.0 - fr / cap[nd] if cap[nd] > 0 else np.inf
     load_cpu[x] = 1.0 - cpu_free[nd] / cpu_milli[nd]
-    sum_gpu[x] = fr
-    key_cpu[x] = has_gpu[nd] * 1e12 + cpu_free[nd]
     x >>= 1
     while x >= 1:
         a, b = 2 * x, 2 * x + 1
@@ -92,12 +85,10 @@ def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli, has_gpu):  # pragma: n
             lo_gpu[x, g] = min(lo_gpu[a, g], lo_gpu[b, g])
         load_gpu[x] = min(load_gpu[a], load_gpu[b])
         load_cpu[x] = min(load_cpu[a], load_cpu[b])
-        sum_gpu[x] = min(sum_gpu[a], sum_gpu[b])
-        key_cpu[x] = min(key_cpu[a], key_cpu[b])
         x >>= 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _fit(tr, x, tbits, k, p, cpu, mem):  # pragma: no cover - compiled
     """Whether a task fits no node under ``x``, maybe some, or every one."""
     hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits = tr[0], tr[1], tr[2], tr[3], tr[4], tr[5], tr[6]
@@ -141,7 +132,7 @@ def search(tr, n_nodes, tbits, k, p, cpu, mem, lo, limit, cand, stack):  # pragm
     return nc
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _level(x):  # pragma: no cover - compiled
     d = 0
     while x > 1:
@@ -195,61 +186,35 @@ def nth(tr, tbits, k, p, cpu, mem, r, stack):  # pragma: no cover - compiled
     return -1
 
 
-@njit(cache=True)
-def _bound(tr, how, x, tbits, i, k, p, cpu, table):  # pragma: no cover - compiled
-    """Lower bounds of (key, key 2) over the nodes under ``x``: the key of the minima."""
-    lo_cpu, load_gpu, load_cpu, sum_gpu, key_cpu = tr[3], tr[8], tr[9], tr[10], tr[11]
-    if how == LOAD:
-        return (load_gpu[x] if k > 0 else load_cpu[x]), 0.0
-    if k > 0:
-        left = (sum_gpu[x] - k * p) + (lo_cpu[x] - cpu) / (MILLI * 1e3)
-    else:
-        left = key_cpu[x] - cpu
-    if how == LEFT:
-        return left, 0.0
-    b = tr[6][x] & tbits
-    lb = np.inf
-    m = 0
-    while b:
-        if b & 1 and table[i, m] < lb:
-            lb = table[i, m]
-        b >>= 1
-        m += 1
-    return lb, left
+@njit(cache=True, inline="always")
+def _bound(tr, x, k):  # pragma: no cover - compiled
+    """Lower bound of greedy's load over the nodes under ``x``: the least of their loads."""
+    return tr[8][x] if k > 0 else tr[9][x]
 
 
 @njit(cache=True)
-def _worse(a1, a2, a3, b1, b2, b3):  # pragma: no cover - compiled
-    """(a1, a2, a3) > (b1, b2, b3) lexicographically."""
-    return a1 > b1 or (a1 == b1 and (a2 > b2 or (a2 == b2 and a3 > b3)))
-
-
-@njit(cache=True)
-def best(tr, how, tbits, i, k, p, cpu, mem, table, stack):  # pragma: no cover - compiled
-    """The fitting node with the least (key, key 2) of ``how`` (LOAD: greedy's load; LEFT: best
-    fit's free resources left; TABLE: ``table[i, model]``, then LEFT), lowest index on ties;
-    -1 if none fits.  A leaf's test is exact, and its bounds are its keys."""
+def least_loaded(tr, tbits, k, p, cpu, mem, stack):  # pragma: no cover - compiled
+    """The fitting node with the least greedy load (``kernels._choose_greedy``: GPU share in use
+    for a GPU task, CPU share for a CPU-only one), lowest index on ties; -1 if none fits.  A
+    leaf's test is exact and its bound is its load."""
     size = tr[7].shape[0] // 2
-    b1, b2, bn = np.inf, np.inf, np.int64(1) << 62
+    b1, bn = np.inf, np.int64(1) << 62
     stack[0] = 1
     top = 1
     while top > 0:
         top -= 1
         x = stack[top]
-        f = _fit(tr, x, tbits, k, p, cpu, mem)
-        if f == _FIT_NONE:
+        if _fit(tr, x, tbits, k, p, cpu, mem) == _FIT_NONE:
             continue
         first = x * (size >> _level(x)) - size
-        l1, l2 = _bound(tr, how, x, tbits, i, k, p, cpu, table)
-        if _worse(l1, l2, first, b1, b2, bn) or (l1 == b1 and l2 == b2 and first == bn):
+        l1 = _bound(tr, x, k)
+        if l1 > b1 or (l1 == b1 and first >= bn):
             continue
         if x >= size:
-            b1, b2, bn = l1, l2, x - size
+            b1, bn = l1, x - size
             continue
         a, c = 2 * x, 2 * x + 1
-        a1, a2 = _bound(tr, how, a, tbits, i, k, p, cpu, table)
-        c1, c2 = _bound(tr, how, c, tbits, i, k, p, cpu, table)
-        if _worse(a1, a2, 0, c1, c2, 1):  # the subtree with the smaller bound on top: searched first
+        if _bound(tr, a, k) > _bound(tr, c, k):  # the subtree with the smaller bound on top: searched first
             a, c = c, a
         stack[top] = c
         stack[top + 1] = a
