@@ -233,7 +233,7 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
     if allowed.shape[1] > 62:
         raise HybridschedError(f"the compiled cluster loop indexes at most 62 GPU models, got {allowed.shape[1]}")
     demand, n_demand = demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
-    err = run_loop(fast.choose, fast.mode, fast.data, fast.ints, fast.rng, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model,
+    err = run_loop(fast.choose, fast.mode, fast.data, fast.ints, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model,
                    key, np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
                    cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
                    (cluster.nodes.n_gpu > 0), state.version, start, end, node_of, mask, demand, n_demand)

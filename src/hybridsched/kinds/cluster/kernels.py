@@ -13,8 +13,7 @@ state arrays ``st`` and the policy's data ``pd`` (a per-task-and-GPU-model ``tab
 mix and caches, an int scratch ``ints``, a generator), and returns ``(position, gpu)``: ``gpu``
 >= 0 pins the task to that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
 An arrival finds its feasible nodes through ``node_index`` instead of testing every node; for
-first fit, round robin and greedy the index finds the chosen node directly, for random the
-r-th feasible node.
+first fit, round robin and greedy the index finds the chosen node directly.
 The kernels mirror ``policies.py``; the policy objects stay the single source of their
 parameters (``prepare``/``fit`` run as before and this module reads their attributes).
 """
@@ -34,9 +33,9 @@ from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
 from hybridsched.kinds.machine.timeline import heap_push as _heap_push
 
 # how an arrival asks the node index (node_index.py) for its node: every feasible node (the
-# kernel chooses), the first, the first from round robin's next node on, a uniformly random one,
-# or greedy's least loaded one (the kernel then sees only that node)
-ALL, FIRST, NEXT_FROM, RANDOM, LEAST_LOADED = 0, 1, 2, 3, 4
+# kernel chooses), the first, the first from round robin's next node on, or greedy's least
+# loaded one (the kernel then sees only that node)
+ALL, FIRST, NEXT_FROM, LEAST_LOADED = 0, 1, 2, 3
 # slots of the integer scalars ``ints`` (round robin's next node)
 _RR_NEXT = 0
 
@@ -46,7 +45,7 @@ _RR_NEXT = 0
 # ``pd`` = the policy's own data (see ``kernel_for``).
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _left_after(i, nd, st):
     """``NodePolicy.left_after`` for one node (same float operations in the same order)."""
     k, p, cpu, gpu_free, cpu_free, has_gpu = st[0], st[1], st[2], st[3], st[4], st[5]
@@ -174,7 +173,7 @@ def _best_fit_into(row, kk, pp, out):
         out[j] = bg
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
     """``ClusterState.fits`` for one (task, node)."""
     if not (cpu[i] <= cpu_free[nd] and mem[i] <= mem_free[nd] and allowed[i, node_model[nd]]):
@@ -191,7 +190,7 @@ def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_fr
 # --- the waiting queue: one binary heap of task ids per demand class, ordered by (key, id) -----
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _before(a, b, key):
     return key[a] < key[b] or (key[a] == key[b] and a < b)
 
@@ -230,14 +229,14 @@ def _qpop(h, base, size, key):
 
 
 @njit
-def run_loop(choose, mode, pd, ints, rng, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
+def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, version,
              start, end, node_of, gpu_mask, demand, n_demand):
     """The whole run; fills start/end/node_of/gpu_mask. Returns 0, or -1 - i when the kernel
     chose an invalid position or GPU for task i (the caller raises).
 
     Arrivals find their node through the node index (``node_index``; ``mode``: see ALL ...
-    LEAST_LOADED, ``rng``: RANDOM's generator).  The queue is one heap per demand
+    LEAST_LOADED).  The queue is one heap per demand
     class ``demand[i]`` (equal cpu, memory, k, p and allowed models): tasks of a class fit the
     same nodes, so a queue pass only needs each class's first task, and takes them in queue
     order (key, then arrival) until none fits the released nodes - the task the plain in-order
@@ -351,11 +350,6 @@ def run_loop(choose, mode, pd, ints, rng, arrival, cpu, mem, k, p, allowed, node
                 if nd >= 0:
                     cand[0] = nd
                     nc = 1
-            elif mode == RANDOM:
-                nc = NI.count(tr, bits, ki, pi, ci, mi, stack)
-                if nc > 0:
-                    cand[0] = NI.nth(tr, bits, ki, pi, ci, mi, rng.integers(0, nc), stack)
-                    nc = 1
             elif mode == FIRST:
                 nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, 1, cand, stack)
             elif mode == NEXT_FROM:
@@ -365,12 +359,8 @@ def run_loop(choose, mode, pd, ints, rng, arrival, cpu, mem, k, p, allowed, node
             else:
                 nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, N, cand, stack)
             if nc > 0:
-                if mode == RANDOM:  # drawn already: the kernel would draw again
-                    err = _place(_choose_first, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
-                                 cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
-                else:
-                    err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
-                                 cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
+                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
                 NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
@@ -426,7 +416,6 @@ class Kernel(NamedTuple):
     mode: int  # ALL ... LEAST_LOADED
     data: tuple  # the kernel's own data (``pd``)
     ints: np.ndarray  # int scalars (round robin's next node), shared by the loop and the kernel
-    rng: np.random.Generator  # RANDOM's generator (the policy's own)
 
 
 def kernel_for(policy) -> Kernel | None:
@@ -435,18 +424,18 @@ def kernel_for(policy) -> Kernel | None:
     from hybridsched.kinds.cluster import policies as P
 
     ints = np.zeros(1, dtype=np.int64)
-    none, no_rng = (np.zeros(0),), np.random.default_rng(0)
+    none = (np.zeros(0),)
     cls = type(policy)
     if cls is P.NodePolicy:
-        return Kernel(_choose_first, FIRST, none, ints, no_rng)
+        return Kernel(_choose_first, FIRST, none, ints)
     if cls is P.RoundRobin:
-        return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints, no_rng)
+        return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints)
     if cls is P.Greedy:
-        return Kernel(_choose_greedy, LEAST_LOADED, none, ints, no_rng)
+        return Kernel(_choose_greedy, LEAST_LOADED, none, ints)
     if cls is P.BestFit:
-        return Kernel(_choose_best_fit, ALL, none, ints, no_rng)
+        return Kernel(_choose_best_fit, ALL, none, ints)
     if cls is P.Random and not policy.random_gpus:
-        return Kernel(_choose_random, RANDOM, (policy.rng,), ints, policy.rng)
+        return Kernel(_choose_random, ALL, (policy.rng,), ints)
     if cls in (P.EarliestFinishTime, P.Oracle):
         if cls is P.Oracle:
             table = policy.inp.run_time
@@ -454,9 +443,9 @@ def kernel_for(policy) -> Kernel | None:
             speed = policy.cluster.model_speed()
             table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
         table = np.ascontiguousarray(table, dtype=np.float64)
-        return Kernel(_choose_table, ALL, (table,), ints, no_rng)
+        return Kernel(_choose_table, ALL, (table,), ints)
     if cls is P.FragmentationGradientDescent:
-        return Kernel(_choose_fgd, ALL, _fgd_data(policy), ints, no_rng)
+        return Kernel(_choose_fgd, ALL, _fgd_data(policy), ints)
     return None
 
 

@@ -10,7 +10,6 @@ finds its nodes without testing every node:
 The test of a single leaf is exact (the plain scan's ``kernels._fits``).
 
 * :func:`search`: the feasible nodes in increasing order (all, or the first from an index on);
-* :func:`count` and :func:`nth`: how many nodes fit, and the r-th of them (random choice);
 * :func:`best`: the feasible node with the least (key, key 2), lowest index on ties, by branch
   and bound: the key of a subtree's minima is a lower bound of its nodes' keys, because every
   floating-point step of a key is monotone in the values the minima bound.
@@ -139,51 +138,6 @@ def _level(x):  # pragma: no cover - compiled
         x >>= 1
         d += 1
     return d
-
-
-@njit(cache=True)
-def count(tr, tbits, k, p, cpu, mem, stack):  # pragma: no cover - compiled
-    """How many nodes fit the task."""
-    size = tr[7].shape[0] // 2
-    nc = 0
-    stack[0] = 1
-    top = 1
-    while top > 0:
-        top -= 1
-        x = stack[top]
-        f = _fit(tr, x, tbits, k, p, cpu, mem)
-        if f == _FIT_NONE:
-            continue
-        if f == _FIT_ALL or x >= size:
-            nc += tr[7][x]
-            continue
-        stack[top] = 2 * x + 1
-        stack[top + 1] = 2 * x
-        top += 2
-    return nc
-
-
-@njit(cache=True)
-def nth(tr, tbits, k, p, cpu, mem, r, stack):  # pragma: no cover - compiled
-    """The ``r``-th (from 0, increasing index) node that fits the task; -1 if fewer fit."""
-    size = tr[7].shape[0] // 2
-    stack[0] = 1
-    top = 1
-    while top > 0:
-        top -= 1
-        x = stack[top]
-        f = _fit(tr, x, tbits, k, p, cpu, mem)
-        if f == _FIT_NONE:
-            continue
-        if f == _FIT_ALL or x >= size:
-            if r < tr[7][x]:
-                return x * (size >> _level(x)) - size + r  # real leaves are the first ones of a subtree
-            r -= tr[7][x]
-            continue
-        stack[top] = 2 * x + 1
-        stack[top + 1] = 2 * x
-        top += 2
-    return -1
 
 
 @njit(cache=True, inline="always")
