@@ -3,16 +3,16 @@ leaves are the nodes and whose inner entries hold the maxima and minima of their
 
 Per leaf: free CPU, free memory, the k-th largest free GPU for every k (k GPUs hold a share p
 exactly when the k-th largest holds it), the GPU model as a bit, and greedy's GPU and CPU load,
-computed with the very expressions of its choice kernel.  A subtree whose maxima cannot hold a task has no node that fits it; one
-whose minima hold it (and whose models are all allowed) fits on every node.  So an arrival
-finds its nodes without testing every node:
+computed with the very expressions of its choice kernel.  A subtree whose maxima cannot hold a
+task has no node that fits it; one whose minima hold it (and whose models are all allowed)
+fits on every node.  So an arrival finds its nodes without testing every node (the test of a
+single leaf is the exact one, ``kernels._fits``):
 
-The test of a single leaf is exact (the plain scan's ``kernels._fits``).
-
-* :func:`search`: the feasible nodes in increasing order (all, or the first from an index on);
-* :func:`best`: the feasible node with the least (key, key 2), lowest index on ties, by branch
-  and bound: the key of a subtree's minima is a lower bound of its nodes' keys, because every
-  floating-point step of a key is monotone in the values the minima bound.
+* :func:`search`: the fitting nodes in increasing order (all, or the first from an index on);
+* :func:`least_loaded`: greedy's node, by branch and bound: a subtree's least load bounds its
+  nodes' loads.  (The same bound for best fit's and EFT's keys prunes little: the nodes with
+  the least room left are mostly full ones that do not fit, so those policies take
+  :func:`search`.)
 
 Every answer is the one a plain scan over the nodes gives (tests/cluster/test_compiled_engine.py).
 """
