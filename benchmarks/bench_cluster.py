@@ -8,12 +8,15 @@ inter-arrival gaps, onto nodes drawn with replacement from the trace's node list
 pod as the configured run has (16 nodes for the trace's pods).  A policy whose projected time
 at the next size exceeds --max-seconds is skipped there and reported as not measured.
 Targets (2 cores): >= 200,000 pods/s for the FIFO policies (round_robin, random, greedy,
-best_fit) and >= 50,000 pods/s for fgd at 10^6 pods; time per pod flat in the pod count.
+best_fit) and >= 50,000 pods/s for fgd at 10^6 pods (wall time); time per pod flat in the pod
+count (the µs/pod ratio of the largest to the smallest size is printed, near-linear <= 1.5x).
+CPU seconds are reported too (`cpu_pods_per_s`): on a shared machine wall time counts other jobs.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +62,15 @@ def _projected_seconds(runs: list[tuple[int, float]], n: int) -> float:
     return t2 * (n / n2) ** e
 
 
+def _growth(rows: list[dict], small: int, big: int) -> dict[str, float | None]:
+    """Per policy, wall µs per pod at the largest size over that at the smallest (None: not measured)."""
+    us = {(r["policy"], r["pods"] >= 0.9 * big): r["us_per_pod"] for r in rows
+          if r["pods"] >= 0.9 * big or r["pods"] <= 1.1 * small}
+    names = dict.fromkeys(r["policy"] for r in rows)
+    return {p: (us[(p, True)] / us[(p, False)] if us.get((p, True)) and us.get((p, False)) else None)
+            for p in names}
+
+
 def policies() -> dict[str, P.NodePolicy]:
     return {"round_robin": P.RoundRobin(), "random": P.Random(0), "greedy": P.Greedy(), "best_fit": P.BestFit(),
             "fgd": P.FragmentationGradientDescent(), "eft": P.EarliestFinishTime(), "oracle": P.Oracle()}
@@ -92,24 +104,31 @@ def main() -> None:
             guess = _projected_seconds(seen.get(name, []), len(test))
             if guess > args.max_seconds:
                 rows.append({"policy": name, "pods": len(test), "nodes": len(nodes), "seconds": None,
-                             "pods_per_s": None, "us_per_pod": None, "peak_mb": None,
+                             "pods_per_s": None, "us_per_pod": None, "cpu_pods_per_s": None, "peak_mb": None,
                              "note": f"skipped: projected {guess:.0f} s"})
                 print(rows[-1], flush=True)
                 continue
             pol.name = name
             pol.fit(pods)
+            c0 = time.process_time()  # CPU seconds too: on a shared machine wall time counts the others' work
             dt, peak = measure(lambda pol=pol: simulate(inp, cluster, pol))
+            cpu = time.process_time() - c0
             seen.setdefault(name, []).append((len(test), dt))
             rows.append({"policy": name, "pods": len(test), "nodes": len(nodes), "seconds": round(dt, 3),
                          "pods_per_s": round(len(test) / dt), "us_per_pod": round(dt / len(test) * 1e6, 2),
-                         "peak_mb": round(peak, 1), "note": ""})
+                         "cpu_pods_per_s": round(len(test) / cpu), "peak_mb": round(peak, 1), "note": ""})
             print(rows[-1], flush=True)
-    big = max(args.sizes)
+    big, small = max(args.sizes), min(args.sizes)
     at_big = {r["policy"]: r["pods_per_s"] for r in rows if r["pods"] >= 0.9 * big}
     fifo_ok = all((at_big.get(p) or 0) >= TARGET_FIFO for p in FIFO if p in args.policies)
     fgd_ok = (at_big.get("fgd") or 0) >= TARGET_FGD
+    growth = _growth(rows, small, big)
     report("bench_cluster", rows, {"target_fifo_pods_per_s": TARGET_FIFO, "target_fgd_pods_per_s": TARGET_FGD,
-                                   "fifo_target_met": fifo_ok, "fgd_target_met": fgd_ok})
+                                   "fifo_target_met": fifo_ok, "fgd_target_met": fgd_ok,
+                                   "us_per_pod_ratio_largest_vs_smallest": growth})
+    for name, ratio in growth.items():
+        verdict = "not measured" if ratio is None else f"{ratio:.2f}x ({'near-linear' if ratio <= 1.5 else 'NOT linear'})"
+        print(f"{name}: us/pod at {big:,} vs {small:,} pods: {verdict}")
     print(f"FIFO target (>= {TARGET_FIFO:,} pods/s at {big:,}): {'met' if fifo_ok else 'MISSED'}; "
           f"FGD target (>= {TARGET_FGD:,} pods/s): {'met' if fgd_ok else 'MISSED'}")
 

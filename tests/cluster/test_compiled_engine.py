@@ -28,9 +28,9 @@ ALIBABA = TRACES / "alibaba-gpu-v2023"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"
 needs_traces = pytest.mark.skipif(not (ALIBABA.is_dir() and GAVEL.is_file()), reason="shared traces not present")
 
-# FGD runs the Python loop over its own compiled, cached fragmentation kernels (fragmentation.py)
 COMPILED = {"first_fit": P.NodePolicy, "round_robin": P.RoundRobin, "greedy": P.Greedy, "best_fit": P.BestFit,
-            "eft": P.EarliestFinishTime, "oracle": P.Oracle}
+            "eft": P.EarliestFinishTime, "oracle": P.Oracle, "random": P.Random,
+            "fgd": P.FragmentationGradientDescent, "fgd_typical": lambda: P.FragmentationGradientDescent(0.95)}
 
 
 def _same_trace(train, inp, cluster, name):
@@ -72,9 +72,11 @@ task_st = st.tuples(st.floats(0, 300), st.floats(1, 300), st.sampled_from([0, 1,
 
 @needs_traces
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nodes=st.lists(node_st, min_size=1, max_size=5), tasks=st.lists(task_st, min_size=1, max_size=40),
+@given(nodes=st.lists(node_st, min_size=1, max_size=20), tasks=st.lists(task_st, min_size=1, max_size=40),
        name=st.sampled_from(sorted(COMPILED)))
 def test_compiled_trace_equals_python_trace_on_random_clusters(nodes, tasks, name):
+    """The node index (a max tree) and the per-class queue pick exactly the node and the task
+    the Python loop's plain scans pick, on up to 20 nodes (a tree of depth 5)."""
     table = NodeTable(np.array([f"n{i}" for i in range(len(nodes))], dtype=object),
                       np.array([c for _, _, c, _ in nodes], dtype=np.float64),
                       np.array([m for *_, m in nodes], dtype=np.float64),
@@ -105,4 +107,13 @@ def test_a_subclass_takes_the_python_loop():
     class Mine(P.BestFit):
         name = "mine"
 
-    assert kernel_for(Mine()) is None and kernel_for(P.Random()) is None
+    assert kernel_for(Mine()) is None
+    assert kernel_for(P.Random(random_gpus=True)) is None  # random GPUs: drawn by numpy in the Python loop
+
+
+@needs_traces
+def test_fgd_without_the_score_memo_gives_the_same_trace(monkeypatch):
+    from hybridsched.kinds.cluster import kernels
+
+    monkeypatch.setattr(kernels, "FGD_MEMO_ENTRIES", 0)
+    test_compiled_trace_equals_python_trace_on_the_real_trace("fgd")

@@ -45,7 +45,7 @@ from numba import njit
 
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.cluster.fragmentation import _fgd_from_stats, _node_stats, gpu_task_mix
-from hybridsched.kinds.cluster.kernels import _left_after
+from hybridsched.kinds.cluster.kernels import ALL, Kernel, _left_after
 from hybridsched.kinds.cluster.policies import EarliestFinishTime
 from hybridsched.kinds.cluster.trace import MILLI, PodTable
 
@@ -108,19 +108,25 @@ class ScoredEFT(EarliestFinishTime):
                 + q[1] * inp.cpu / CPU_SCALE + q[2] * inp.arrival / AGING_S)
 
     def choose(self, i, nodes, state) -> int:
-        tk, tp, tw = self.mix
-        pos, _ = _choose_scored(i, np.asarray(nodes, dtype=np.int64), len(nodes), self.inp.k, self.inp.p, self.inp.cpu,
-                                state.gpu_free, state.cpu_free, self.has_gpu, self.cluster.gpu_cap.astype(np.float64),
-                                self.cluster.nodes.cpu_milli.astype(np.float64), self.cluster.node_model, self.table,
-                                tk, tp, tw, self.params, np.zeros(1, dtype=np.int64))
+        pos, _ = _choose_scored(i, np.asarray(nodes, dtype=np.int64), len(nodes), self._state_arrays(state),
+                                self._kernel_data())
         return int(pos)
 
-    def kernel(self) -> tuple | None:
+    def _state_arrays(self, state) -> tuple:
+        """The compiled loop's ``st`` tuple (kernels.py) for the Python loop's state."""
+        inp, cl = self.inp, self.cluster
+        return (inp.k, inp.p, inp.cpu, state.gpu_free, state.cpu_free, self.has_gpu, cl.gpu_cap.astype(np.float64),
+                cl.nodes.cpu_milli.astype(np.float64), cl.node_model, state.version)
+
+    def _kernel_data(self) -> tuple:
+        tk, tp, tw = self.mix
+        return (np.ascontiguousarray(self.table), tk, tp, tw, self.params)
+
+    def kernel(self) -> Kernel | None:
         """The compiled choice for ``kernels.kernel_for``; None if a subclass overrides ``choose``."""
         if type(self).choose is not ScoredEFT.choose:
             return None
-        tk, tp, tw = self.mix
-        return (_choose_scored, np.ascontiguousarray(self.table), tk, tp, tw, self.params)
+        return Kernel(_choose_scored, ALL, self._kernel_data(), np.zeros(1, dtype=np.int64))
 
 
 class CEMPolicy(ScoredEFT):
@@ -163,10 +169,14 @@ def weights_dict(theta: np.ndarray) -> dict[str, dict[str, float]]:
 
 
 @njit(cache=True)
-def _choose_scored(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                   table, types_k, types_p, weights, params, ints):  # pragma: no cover - compiled
+def _choose_scored(i, cand, nc, st, pd):  # pragma: no cover - compiled
     """The lowest ``rel + w . features`` (module docstring), ties best fit; best-fit GPUs.
-    ``params[:7]`` are the node weights, ``params[7 + m]`` the speed rank of model ``m``."""
+    ``st``: the loop's state arrays (kernels.py); ``pd`` = (table, FGD's task mix k, p and
+    weights, params): ``params[:7]`` are the node weights, ``params[7 + m]`` the speed rank of
+    model ``m``."""
+    k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model = (st[0], st[1], st[2], st[3], st[4],
+                                                                               st[5], st[6], st[7], st[8])
+    table, types_k, types_p, weights, params = pd[0], pd[1], pd[2], pd[3], pd[4]
     M = table.shape[1] - 1
     tmin = np.inf
     for c in range(nc):
@@ -206,7 +216,7 @@ def _choose_scored(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap,
         cpu_on_gpu = 1.0 if (k[i] == 0 and has_gpu[nd]) else 0.0
         v1 = (rel + params[0] * (rel - 1.0) * lest + params[1] * gpu_left + params[2] * cpu_left
               + params[3] * frag[c] + params[4] * params[7 + m] + params[5] * idle + params[6] * cpu_on_gpu)
-        v2 = _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu)
+        v2 = _left_after(i, nd, st)
         if v1 < b1 or (v1 == b1 and v2 < b2):
             best, b1, b2 = c, v1, v2
     return best, -1

@@ -26,7 +26,7 @@ import pandas as pd
 from numba import njit
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.cluster.nodes import POD_CLASSES, NodeCluster, RunInputs, fits_empty, pod_class
+from hybridsched.kinds.cluster.nodes import POD_CLASSES, NodeCluster, RunInputs, fits_any_node, pod_class
 
 TRACE_COLUMNS = ("task_id", "name", "policy", "arrival", "start", "end", "wait", "run_time", "node", "node_name",
                  "model", "gpus", "num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "qos", "energy_j")
@@ -124,13 +124,13 @@ class NodeTrace:
 def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | None = None,
              compiled: bool = True) -> NodeTrace:
     """Run ``policy`` (see ``policies.py``) on the tasks; every task must fit some node of
-    an empty cluster (``fits_empty``), else it could wait forever and this raises.
+    an empty cluster (``fits_any_node``), else it could wait forever and this raises.
 
     With ``compiled`` (and no ``max_events``), a policy whose exact class has a choice kernel
     (``kernels.kernel_for``) runs in the compiled loop of ``kernels.py``, with the same trace;
     any other policy, or ``compiled=False``, runs the Python loop below."""
     n = len(inp)
-    fits_any = fits_empty(inp, cluster).any(axis=1)
+    fits_any = fits_any_node(inp, cluster)
     if not fits_any.all():
         bad = int(np.flatnonzero(~fits_any)[0])
         raise HybridschedError(f"task {inp.tasks.name[bad]!r} fits no node of the cluster even when it is empty "
@@ -224,19 +224,19 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
     """The run in ``kernels.run_loop``; the final state goes to ``policy.finish`` as usual."""
     from hybridsched.kinds.cluster.kernels import demand_classes, run_loop
 
-    choose, table, types_k, types_p, weights, params = fast
     n = len(inp)
     state = ClusterState(cluster)
     start, end = np.full(n, np.nan), np.full(n, np.nan)
     node_of = np.full(n, -1, dtype=np.int64)
     mask = np.zeros(n, dtype=np.int64)
     allowed = np.ascontiguousarray(inp.allowed)
+    if allowed.shape[1] > 62:
+        raise HybridschedError(f"the compiled cluster loop indexes at most 62 GPU models, got {allowed.shape[1]}")
     demand, n_demand = demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
-    err = run_loop(choose, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model, key,
-                   np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
+    err = run_loop(fast.choose, fast.mode, fast.data, fast.ints, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model,
+                   key, np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
                    cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
-                   (cluster.nodes.n_gpu > 0), np.ascontiguousarray(table, dtype=np.float64), types_k, types_p,
-                   weights, params, np.zeros(1, dtype=np.int64), start, end, node_of, mask, demand, n_demand)
+                   (cluster.nodes.n_gpu > 0), state.version, start, end, node_of, mask, demand, n_demand)
     if err:
         i = -1 - int(err)
         raise HybridschedError(f"policy {policy.name!r} made an invalid choice for task {inp.tasks.name[i]!r}")

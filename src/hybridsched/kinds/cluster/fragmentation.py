@@ -135,90 +135,104 @@ def _moved(cnt, lt, f_old, f_new, share):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _node_stats(rows, free, cpu_free, model, tk, tp, tcpu, tallow, tw, cnt, lt, frag):  # pragma: no cover
-    """Fill ``cnt[n]``, ``lt[n]`` (per type) and ``frag[n]`` (weighted) for every node in ``rows``."""
-    for n in rows:
-        total = 0.0
+def _node_stat_one(n, free, cpu_free, model, tk, tp, tcpu, tallow, tw, cnt, lt, frag):  # pragma: no cover
+    """Fill ``cnt[n]``, ``lt[n]`` (per type) and ``frag[n]`` (weighted) for node ``n``."""
+    total = 0.0
+    for g in range(free.shape[1]):
+        if free[n, g] > 0:
+            total += free[n, g]
+    s = 0.0
+    for t in range(tk.shape[0]):
+        c = 0
+        lv = 0.0
         for g in range(free.shape[1]):
-            if free[n, g] > 0:
-                total += free[n, g]
-        s = 0.0
-        for t in range(tk.shape[0]):
-            c = 0
-            lv = 0.0
-            for g in range(free.shape[1]):
-                f = free[n, g]
-                if f >= tp[t]:
-                    c += 1
-                elif f > 0:
-                    lv += f
-            cnt[n, t] = c
-            lt[n, t] = lv
-            s += tw[t] * _type_frag(t, c, lv, total, cpu_free[n], model[n], tk, tcpu, tallow)
-        frag[n] = s
+            f = free[n, g]
+            if f >= tp[t]:
+                c += 1
+            elif f > 0:
+                lv += f
+        cnt[n, t] = c
+        lt[n, t] = lv
+        s += tw[t] * _type_frag(t, c, lv, total, cpu_free[n], model[n], tk, tcpu, tallow)
+    frag[n] = s
+
+
+@njit(cache=True)
+def _node_stats(rows, free, cpu_free, model, tk, tp, tcpu, tallow, tw, cnt, lt, frag):  # pragma: no cover
+    """:func:`_node_stat_one` for every node in ``rows``."""
+    for n in rows:
+        _node_stat_one(n, free, cpu_free, model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
+
+
+@njit(cache=True)
+def _fgd_one(n, free, cpu_free, model, cnt, lt, frag, pod_cpu, k, p, tk, tp, tcpu, tallow, tw,
+             cnt2, lt2, taken):  # pragma: no cover - compiled
+    """FGD's score of node ``n`` (whose stats are current): the least increase of weighted
+    fragmentation over the ways to place the pod, and for a GPU-sharing pod the GPU that gives
+    it (lowest index on ties; GPUs with equal free milli are the same choice), -1 otherwise
+    (the tightest GPUs: for whole GPUs the idle ones, all alike).  A candidate GPU changes the
+    per-type counts in O(types) instead of a fresh O(GPUs x types) pass.  ``cnt2``, ``lt2``
+    (types) and ``taken`` (GPU slots) are scratch."""
+    n_t = tk.shape[0]
+    g_slots = free.shape[1]
+    m = model[n]
+    best_gpu = -1
+    total = 0.0
+    for g in range(g_slots):
+        if free[n, g] > 0:
+            total += free[n, g]
+    cpu_after = cpu_free[n] - pod_cpu
+    if k == 1 and p < _WHOLE:
+        best = np.inf
+        for g in range(g_slots):
+            f = free[n, g]
+            if f < p:
+                continue
+            seen = False
+            for h in range(g):
+                if free[n, h] == f:
+                    seen = True
+                    break
+            if seen:
+                continue
+            after = 0.0
+            for t in range(n_t):
+                c, lv = _moved(cnt[n, t], lt[n, t], f, f - p, tp[t])
+                after += tw[t] * _type_frag(t, c, lv, total - p, cpu_after, m, tk, tcpu, tallow)
+            if after < best:
+                best = after
+                best_gpu = g
+        return best - frag[n], best_gpu
+    for t in range(n_t):
+        cnt2[t] = cnt[n, t]
+        lt2[t] = lt[n, t]
+    taken[:] = False
+    for _ in range(k):
+        pick = -1
+        for g in range(g_slots):
+            if not taken[g] and free[n, g] >= p and (pick < 0 or free[n, g] < free[n, pick]):
+                pick = g
+        taken[pick] = True
+        for t in range(n_t):
+            cnt2[t], lt2[t] = _moved(cnt2[t], lt2[t], free[n, pick], free[n, pick] - p, tp[t])
+    after = 0.0
+    for t in range(n_t):
+        after += tw[t] * _type_frag(t, cnt2[t], lt2[t], total - k * p, cpu_after, m, tk, tcpu, tallow)
+    return after - frag[n], best_gpu
 
 
 @njit(cache=True)
 def _fgd_from_stats(rows, free, cpu_free, model, cnt, lt, frag, pod_cpu, k, p,
                     tk, tp, tcpu, tallow, tw):  # pragma: no cover - compiled
-    """Per node of ``rows`` (whose stats are current): the least increase of weighted
-    fragmentation over the ways to place the pod, and for a GPU-sharing pod the GPU that gives
-    it (lowest index on ties; GPUs with equal free milli are the same choice), -1 otherwise
-    (the tightest GPUs: for whole GPUs the idle ones, all alike).  A candidate GPU changes the
-    per-type counts in O(types) instead of a fresh O(GPUs x types) pass."""
-    n_t = tk.shape[0]
-    g_slots = free.shape[1]
+    """:func:`_fgd_one` for every node of ``rows``: (score increase, GPU or -1) arrays."""
     delta = np.empty(rows.shape[0])
     best_gpu = np.full(rows.shape[0], -1, dtype=np.int64)
-    cnt2 = np.empty(n_t, dtype=np.int64)
-    lt2 = np.empty(n_t)
-    taken = np.zeros(g_slots, dtype=np.bool_)
+    cnt2 = np.empty(tk.shape[0], dtype=np.int64)
+    lt2 = np.empty(tk.shape[0])
+    taken = np.zeros(free.shape[1], dtype=np.bool_)
     for j in range(rows.shape[0]):
-        n = rows[j]
-        m = model[n]
-        total = 0.0
-        for g in range(g_slots):
-            if free[n, g] > 0:
-                total += free[n, g]
-        cpu_after = cpu_free[n] - pod_cpu
-        if k == 1 and p < _WHOLE:
-            best = np.inf
-            for g in range(g_slots):
-                f = free[n, g]
-                if f < p:
-                    continue
-                seen = False
-                for h in range(g):
-                    if free[n, h] == f:
-                        seen = True
-                        break
-                if seen:
-                    continue
-                after = 0.0
-                for t in range(n_t):
-                    c, lv = _moved(cnt[n, t], lt[n, t], f, f - p, tp[t])
-                    after += tw[t] * _type_frag(t, c, lv, total - p, cpu_after, m, tk, tcpu, tallow)
-                if after < best:
-                    best = after
-                    best_gpu[j] = g
-            delta[j] = best - frag[n]
-        else:
-            for t in range(n_t):
-                cnt2[t] = cnt[n, t]
-                lt2[t] = lt[n, t]
-            taken[:] = False
-            for _ in range(k):
-                pick = -1
-                for g in range(g_slots):
-                    if not taken[g] and free[n, g] >= p and (pick < 0 or free[n, g] < free[n, pick]):
-                        pick = g
-                taken[pick] = True
-                for t in range(n_t):
-                    cnt2[t], lt2[t] = _moved(cnt2[t], lt2[t], free[n, pick], free[n, pick] - p, tp[t])
-            after = 0.0
-            for t in range(n_t):
-                after += tw[t] * _type_frag(t, cnt2[t], lt2[t], total - k * p, cpu_after, m, tk, tcpu, tallow)
-            delta[j] = after - frag[n]
+        delta[j], best_gpu[j] = _fgd_one(rows[j], free, cpu_free, model, cnt, lt, frag, pod_cpu, k, p,
+                                         tk, tp, tcpu, tallow, tw, cnt2, lt2, taken)
     return delta, best_gpu
 
 

@@ -9,33 +9,46 @@ order), the same fit test and best-fit GPU choice.  The tests compare whole trac
 with the Python loop for every policy here on a slice of the real trace.
 
 A choice kernel gets the task ``i``, the feasible nodes ``cand[:nc]`` (increasing index), the
-task and state arrays and the policy's data (a per-task-and-GPU-model ``table``, FGD's task
-mix, a float vector ``params`` of the policy's weights, an int scratch ``ints``), and returns ``(position, gpu)``: ``gpu`` >= 0 pins the task to
-that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
+state arrays ``st`` and the policy's data ``pd`` (a per-task-and-GPU-model ``table``, FGD's task
+mix and caches, an int scratch ``ints``, a generator), and returns ``(position, gpu)``: ``gpu``
+>= 0 pins the task to that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
+An arrival finds its feasible nodes through ``node_index`` instead of testing every node; for
+first fit, round robin and greedy the index finds the chosen node directly.
 The kernels mirror ``policies.py``; the policy objects stay the single source of their
 parameters (``prepare``/``fit`` run as before and this module reads their attributes).
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
-from math import lcm
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
+from hybridsched.kinds.cluster import node_index as NI
+from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
 from hybridsched.kinds.cluster.trace import MILLI
 # (time, task) min-heap whose ties pop in task order, as heapq orders the Python loop's tuples
 from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
 from hybridsched.kinds.machine.timeline import heap_push as _heap_push
 
-# slots of the integer scalars S_I
+# how an arrival asks the node index (node_index.py) for its node: every feasible node (the
+# kernel chooses), the first, the first from round robin's next node on, or greedy's least
+# loaded one (the kernel then sees only that node)
+ALL, FIRST, NEXT_FROM, LEAST_LOADED = 0, 1, 2, 3
+# slots of the integer scalars ``ints`` (round robin's next node)
 _RR_NEXT = 0
 
 
-@njit(cache=True)
-def _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu):
+# --- choice kernels: (i, cand, nc, st, pd) -> (position in cand[:nc], pinned GPU or -1) --------
+# ``st`` = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version),
+# ``pd`` = the policy's own data (see ``kernel_for``).
+
+
+@njit(cache=True, inline="always")
+def _left_after(i, nd, st):
     """``NodePolicy.left_after`` for one node (same float operations in the same order)."""
+    k, p, cpu, gpu_free, cpu_free, has_gpu = st[0], st[1], st[2], st[3], st[4], st[5]
     if k[i] > 0:
         s = 0.0
         for g in range(gpu_free.shape[1]):
@@ -47,14 +60,13 @@ def _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu):
 
 
 @njit(cache=True)
-def _choose_first(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                  table, types_k, types_p, weights, params, ints):
+def _choose_first(i, cand, nc, st, pd):
     return 0, -1
 
 
 @njit(cache=True)
-def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                        table, types_k, types_p, weights, params, ints):
+def _choose_round_robin(i, cand, nc, st, pd):
+    ints = pd[0]
     nxt = ints[_RR_NEXT]
     pos = np.searchsorted(cand[:nc], nxt)
     if pos >= nc:
@@ -64,8 +76,15 @@ def _choose_round_robin(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu
 
 
 @njit(cache=True)
-def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                   table, types_k, types_p, weights, params, ints):
+def _choose_random(i, cand, nc, st, pd):
+    """``Random.choose``: ``rng.integers(nc)`` on the policy's own generator (numba draws the
+    same numbers from the same bit generator, and advances it as numpy does)."""
+    return pd[0].integers(0, nc), -1
+
+
+@njit(cache=True)
+def _choose_greedy(i, cand, nc, st, pd):
+    k, gpu_free, cpu_free, gpu_cap, cpu_milli = st[0], st[3], st[4], st[6], st[7]
     best, best_load = 0, np.inf
     for c in range(nc):
         nd = cand[c]
@@ -85,28 +104,58 @@ def _choose_greedy(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap,
 
 
 @njit(cache=True)
-def _choose_best_fit(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                     table, types_k, types_p, weights, params, ints):
+def _choose_best_fit(i, cand, nc, st, pd):
     best, best_v = 0, np.inf
     for c in range(nc):
-        v = _left_after(i, cand[c], k, p, cpu, gpu_free, cpu_free, has_gpu)
+        v = _left_after(i, cand[c], st)
         if v < best_v:
             best, best_v = c, v
     return best, -1
 
 
 @njit(cache=True)
-def _choose_table(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                  table, types_k, types_p, weights, params, ints):
+def _choose_table(i, cand, nc, st, pd):
     """Lowest ``table[i, model of node]`` (estimated finish), ties best fit."""
+    table, node_model = pd[0], st[8]
     best, b1, b2 = 0, np.inf, np.inf
     for c in range(nc):
         nd = cand[c]
         v1 = table[i, node_model[nd]]
-        v2 = _left_after(i, nd, k, p, cpu, gpu_free, cpu_free, has_gpu)
+        v2 = _left_after(i, nd, st)
         if v1 < b1 or (v1 == b1 and v2 < b2):
             best, b1, b2 = c, v1, v2
     return best, -1
+
+
+@njit(cache=True)
+def _choose_fgd(i, cand, nc, st, pd):
+    """``FragmentationGradientDescent.choose``: least fragmentation increase, ties best fit; the
+    per-node statistics and the per-shape scores are cached until the node changes
+    (``version``), as ``fragmentation.FragCache`` does."""
+    cpu, gpu_free, cpu_free, node_model, version = st[2], st[3], st[4], st[8], st[9]
+    tk, tp, tcpu, tallow, tw, cnt, lt, frag, stat_ver = pd[0], pd[1], pd[2], pd[3], pd[4], pd[5], pd[6], pd[7], pd[8]
+    shape, shape_k, shape_p, memo_d, memo_g, memo_v, cnt2, lt2, taken = (pd[9], pd[10], pd[11], pd[12], pd[13],
+                                                                          pd[14], pd[15], pd[16], pd[17])
+    s = shape[i]
+    kk, pp = shape_k[s], shape_p[s]
+    memo = s < memo_d.shape[0]  # only the most frequent shapes are memoised (a cap on memory)
+    best, b1, b2, bg = 0, np.inf, np.inf, -1
+    for c in range(nc):
+        nd = cand[c]
+        if memo and memo_v[s, nd] == version[nd]:
+            v1, g = memo_d[s, nd], memo_g[s, nd]
+        else:
+            if stat_ver[nd] != version[nd]:
+                _node_stat_one(nd, gpu_free, cpu_free, node_model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
+                stat_ver[nd] = version[nd]
+            v1, g = _fgd_one(nd, gpu_free, cpu_free, node_model, cnt, lt, frag, cpu[i], kk, pp, tk, tp, tcpu,
+                             tallow, tw, cnt2, lt2, taken)
+            if memo:
+                memo_d[s, nd], memo_g[s, nd], memo_v[s, nd] = v1, g, version[nd]
+        v2 = _left_after(i, nd, st)
+        if v1 < b1 or (v1 == b1 and v2 < b2):
+            best, b1, b2, bg = c, v1, v2, g
+    return best, bg
 
 
 @njit(cache=True)
@@ -124,7 +173,7 @@ def _best_fit_into(row, kk, pp, out):
         out[j] = bg
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
     """``ClusterState.fits`` for one (task, node)."""
     if not (cpu[i] <= cpu_free[nd] and mem[i] <= mem_free[nd] and allowed[i, node_model[nd]]):
@@ -138,32 +187,89 @@ def _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_fr
     return n_ok >= k[i]
 
 
+# --- the waiting queue: one binary heap of task ids per demand class, ordered by (key, id) -----
+
+
+@njit(cache=True, inline="always")
+def _before(a, b, key):
+    return key[a] < key[b] or (key[a] == key[b] and a < b)
+
+
+@njit(cache=True)
+def _qpush(h, base, size, x, key):
+    """Push task ``x`` on the heap ``h[base:base + size]``; the caller grows ``size``."""
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        if not _before(x, h[base + parent], key):
+            break
+        h[base + j] = h[base + parent]
+        j = parent
+    h[base + j] = x
+
+
+@njit(cache=True)
+def _qpop(h, base, size, key):
+    """Remove ``h[base]`` (the first task) from a heap of ``size``; the caller shrinks ``size``."""
+    size -= 1
+    x = h[base + size]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and _before(h[base + c + 1], h[base + c], key):
+            c += 1
+        if not _before(h[base + c], x, key):
+            break
+        h[base + j] = h[base + c]
+        j = c
+    if size > 0:
+        h[base + j] = x
+
+
 @njit
-def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
-             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu,
-             table, types_k, types_p, weights, params, ints, start, end, node_of, gpu_mask, demand, n_demand):
+def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
+             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, version,
+             start, end, node_of, gpu_mask, demand, n_demand):
     """The whole run; fills start/end/node_of/gpu_mask. Returns 0, or -1 - i when the kernel
     chose an invalid position or GPU for task i (the caller raises).
 
-    ``demand[i]``: the task's demand class (equal cpu, memory, k, p and allowed models): within
-    one queue pass resources only shrink, so once a class fits none of the released nodes its
-    other queued tasks are skipped without a fit test (the same result, fewer tests)."""
+    Arrivals find their node through the node index (``node_index``; ``mode``: see ALL ...
+    LEAST_LOADED).  The queue is one heap per demand
+    class ``demand[i]`` (equal cpu, memory, k, p and allowed models): tasks of a class fit the
+    same nodes, so a queue pass only needs each class's first task, and takes them in queue
+    order (key, then arrival) until none fits the released nodes - the task the plain in-order
+    scan takes, since resources only shrink within a pass."""
     n = arrival.shape[0]
     N = cpu_free.shape[0]
     G = gpu_free.shape[1]
+    M = allowed.shape[1]
+    st = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version)
+    tr = NI.new(N, G, node_model, gpu_cap)
+    for nd in range(N):
+        NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli)
+    stack = np.empty(NI._MAX_DEPTH, dtype=np.int64)
+    # running tasks: (end, id) heap
     ht = np.empty(n + 1)
     hi = np.empty(n + 1, dtype=np.int64)
     hn = 0
-    q_ids = np.empty(n + 1, dtype=np.int64)
-    q_keys = np.empty(n + 1)
-    qn = 0
+    # waiting tasks: per class heap in q[cbase[c]:cbase[c] + csize[c]]; active = nonempty classes
+    cbase = np.zeros(n_demand + 1, dtype=np.int64)
+    for i in range(n):
+        cbase[demand[i] + 1] += 1
+    for c in range(n_demand):
+        cbase[c + 1] += cbase[c]
+    csize = np.zeros(n_demand, dtype=np.int64)
+    q = np.empty(n, dtype=np.int64)
+    active = np.empty(n_demand, dtype=np.int64)
+    active_pos = np.full(n_demand, -1, dtype=np.int64)
+    n_active = 0
+    heads = np.empty(n_demand, dtype=np.int64)  # a pass's heap of class heads
     cand = np.empty(N, dtype=np.int64)
     released = np.empty(N, dtype=np.int64)
     rel_mark = np.zeros(N, dtype=np.bool_)
-    pick = np.empty(G, dtype=np.int64)
-    failed = np.zeros(n_demand, dtype=np.int64)  # pass number in which the class last fit nowhere
-    n_pass = 0
-    gpus_of = np.full((n, G), -1, dtype=np.int64)  # chosen GPUs per task (-1 = none)
+    pick = np.empty(max(G, 1), dtype=np.int64)
     nxt = 0
     while nxt < n or hn > 0:
         if hn > 0 and (nxt >= n or ht[0] <= arrival[nxt]):
@@ -175,10 +281,12 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
                 nd = node_of[i]
                 cpu_free[nd] += cpu[i]
                 mem_free[nd] += mem[i]
-                for j in range(G):
-                    g = gpus_of[i, j]
-                    if g >= 0:
+                m = gpu_mask[i]
+                for g in range(G):
+                    if (m >> g) & 1:
                         gpu_free[nd, g] += p[i]
+                version[nd] += 1
+                NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli)
                 if not rel_mark[nd]:
                     rel_mark[nd] = True
                     released[nrel] = nd
@@ -186,92 +294,97 @@ def run_loop(choose, arrival, cpu, mem, k, p, allowed, node_model, key, run_time
             rel = np.sort(released[:nrel])
             for r in range(nrel):
                 rel_mark[rel[r]] = False
-            # one pass over the queue (backfilling): earlier tasks fit nowhere and resources only shrink
-            n_pass += 1
-            s = 0
-            while s < qn and nrel > 0:
-                j = s
-                found = False
-                nc = 0
-                while j < qn:
-                    i = q_ids[j]
-                    nc = 0
-                    if failed[demand[i]] == n_pass:
-                        j += 1
-                        continue
-                    for r in range(nrel):
-                        if _fits(i, rel[r], k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
-                            cand[nc] = rel[r]
-                            nc += 1
-                    if nc > 0:
-                        found = True
+            if n_active == 0:
+                continue
+            # one pass over the queue (backfilling): the classes whose first task fits a released node
+            nh = 0
+            for a in range(n_active):
+                c = active[a]
+                i = q[cbase[c]]
+                for r in range(nrel):
+                    if _fits(i, rel[r], k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
+                        _qpush(heads, 0, nh, i, key)
+                        nh += 1
                         break
-                    failed[demand[i]] = n_pass
-                    j += 1
-                if not found:
-                    break
-                i = q_ids[j]
-                for jj in range(j, qn - 1):
-                    q_ids[jj] = q_ids[jj + 1]
-                    q_keys[jj] = q_keys[jj + 1]
-                qn -= 1
-                err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
-                             weights, params, ints, start, end, node_of, gpus_of, pick)
+            while nh > 0:
+                i = heads[0]
+                _qpop(heads, 0, nh, key)
+                nh -= 1
+                nc = 0
+                for r in range(nrel):
+                    if _fits(i, rel[r], k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
+                        cand[nc] = rel[r]
+                        nc += 1
+                if nc == 0:
+                    continue  # fits no released node any more, nor will it in this pass
+                c = demand[i]
+                _qpop(q, cbase[c], csize[c], key)
+                csize[c] -= 1
+                if csize[c] > 0:
+                    _qpush(heads, 0, nh, q[cbase[c]], key)
+                    nh += 1
+                else:
+                    a = active_pos[c]
+                    n_active -= 1
+                    active[a] = active[n_active]
+                    active_pos[active[a]] = a
+                    active_pos[c] = -1
+                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
+                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
                 hn = _heap_push(ht, hi, hn, end[i], i)
-                s = j
         else:
             i = nxt
             nxt += 1
             t = arrival[i]
-            nc = 0
-            for nd in range(N):
-                if _fits(i, nd, k, p, cpu, mem, allowed, node_model, cpu_free, mem_free, gpu_free):
-                    cand[nc] = nd
-                    nc += 1
+            bits = np.int64(0)
+            for j in range(M):
+                if allowed[i, j]:
+                    bits |= np.int64(1) << j
+            ki, pi, ci, mi = k[i], p[i], cpu[i], mem[i]
+            if mode == LEAST_LOADED:
+                nc = 0
+                nd = NI.least_loaded(tr, bits, ki, pi, ci, mi, stack)
+                if nd >= 0:
+                    cand[0] = nd
+                    nc = 1
+            elif mode == FIRST:
+                nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, 1, cand, stack)
+            elif mode == NEXT_FROM:
+                nc = NI.search(tr, N, bits, ki, pi, ci, mi, ints[_RR_NEXT], 1, cand, stack)
+                if nc == 0:
+                    nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, 1, cand, stack)
+            else:
+                nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, N, cand, stack)
             if nc > 0:
-                err = _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p,
-                             weights, params, ints, start, end, node_of, gpus_of, pick)
+                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
                 if err:
                     return -1 - i
+                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
                 hn = _heap_push(ht, hi, hn, end[i], i)
             else:
-                # insert after every queued task with key <= key[i] (np.searchsorted side="right")
-                lo, hi_ = 0, qn
-                while lo < hi_:
-                    mid = (lo + hi_) >> 1
-                    if q_keys[mid] <= key[i]:
-                        lo = mid + 1
-                    else:
-                        hi_ = mid
-                for jj in range(qn, lo, -1):
-                    q_ids[jj] = q_ids[jj - 1]
-                    q_keys[jj] = q_keys[jj - 1]
-                q_ids[lo] = i
-                q_keys[lo] = key[i]
-                qn += 1
-    for i in range(n):
-        m = 0
-        for j in range(G):
-            if gpus_of[i, j] >= 0:
-                m |= 1 << gpus_of[i, j]
-        gpu_mask[i] = m
+                c = demand[i]
+                _qpush(q, cbase[c], csize[c], i, key)
+                csize[c] += 1
+                if csize[c] == 1:
+                    active[n_active] = c
+                    active_pos[c] = n_active
+                    n_active += 1
     return 0
 
 
 @njit
-def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model,
-           cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, table, types_k, types_p, weights, params,
-           ints, start, end, node_of, gpus_of, pick):
-    pos, g = choose(i, cand, nc, k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model,
-                    table, types_k, types_p, weights, params, ints)
+def _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+           cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
+    pos, g = choose(i, cand, nc, st, pd)
     if pos < 0 or pos >= nc:
         return True
     nd = cand[pos]
     kk = k[i]
+    m = 0
     if kk > 0:
         if g >= 0:
             if kk != 1 or gpu_free[nd, g] < p[i]:
@@ -279,12 +392,13 @@ def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model
             pick[0] = g
         else:
             _best_fit_into(gpu_free[nd], kk, p[i], pick)
-        # the Python engine stores the GPUs sorted; the mask does not care, the release order neither
         for j in range(kk):
             gpu_free[nd, pick[j]] -= p[i]
-            gpus_of[i, j] = pick[j]
+            m |= np.int64(1) << pick[j]
+    gpu_mask[i] = m
     cpu_free[nd] -= cpu[i]
     mem_free[nd] -= mem[i]
+    version[nd] += 1
     rt = run_time[i, node_model[nd]]
     start[i] = t
     end[i] = t + rt
@@ -295,34 +409,87 @@ def _place(choose, i, cand, nc, t, arrival, cpu, mem, k, p, run_time, node_model
 # --- which policies have a kernel ------------------------------------------------------------
 
 
-def kernel_for(policy) -> tuple | None:
-    """(choose kernel, table, types_k, types_p, weights, params) for a policy with a compiled
-    choice, else None.  A policy may supply its own: a ``kernel()`` method returning that tuple."""
+class Kernel(NamedTuple):
+    """How ``run_loop`` runs one policy: its choice kernel and data, and how arrivals search."""
+
+    choose: object  # the choice kernel (a numba dispatcher)
+    mode: int  # ALL ... LEAST_LOADED
+    data: tuple  # the kernel's own data (``pd``)
+    ints: np.ndarray  # int scalars (round robin's next node), shared by the loop and the kernel
+
+
+def kernel_for(policy) -> Kernel | None:
+    """The compiled form of a policy whose exact class has one, else None.  Call after
+    ``policy.prepare``: the data are read from the prepared policy.  A policy may supply its
+    own: a ``kernel()`` method returning a :class:`Kernel` (or None)."""
     from hybridsched.kinds.cluster import policies as P
 
-    empty2 = np.zeros((0, 0))
-    none = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
-    simple = {P.NodePolicy: _choose_first, P.RoundRobin: _choose_round_robin, P.Greedy: _choose_greedy,
-              P.BestFit: _choose_best_fit}
+    ints = np.zeros(1, dtype=np.int64)
+    none = (np.zeros(0),)
     cls = type(policy)
-    if cls in simple:
-        return (simple[cls], empty2, *none)
-    if cls is P.EarliestFinishTime:
-        speed = policy.cluster.model_speed()
-        # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
-        table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
-        return (_choose_table, table, *none)
-    if cls is P.Oracle:
-        return (_choose_table, np.ascontiguousarray(policy.inp.run_time), *none)
+    if cls is P.NodePolicy:
+        return Kernel(_choose_first, FIRST, none, ints)
+    if cls is P.RoundRobin:
+        return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints)
+    if cls is P.Greedy:
+        return Kernel(_choose_greedy, LEAST_LOADED, none, ints)
+    if cls is P.BestFit:
+        return Kernel(_choose_best_fit, ALL, none, ints)
+    if cls is P.Random and not policy.random_gpus:
+        return Kernel(_choose_random, ALL, (policy.rng,), ints)
+    if cls in (P.EarliestFinishTime, P.Oracle):
+        if cls is P.Oracle:
+            table = policy.inp.run_time
+        else:  # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
+            speed = policy.cluster.model_speed()
+            table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
+        table = np.ascontiguousarray(table, dtype=np.float64)
+        return Kernel(_choose_table, ALL, (table,), ints)
+    if cls is P.FragmentationGradientDescent:
+        return Kernel(_choose_fgd, ALL, _fgd_data(policy), ints)
     own = getattr(cls, "kernel", None)  # a policy's own compiled choice (e.g. cem.ScoredEFT)
     return own(policy) if own is not None else None
+
+
+FGD_MEMO_ENTRIES = 20_000_000  # memoised (shape, node) scores at most (3 arrays of this many entries)
+
+
+def _fgd_data(policy) -> tuple:
+    """FGD's kernel data: the mix, per-node statistics (stale until computed), per task its pod
+    shape (CPU, GPU count, milli; most frequent first) and the per-(shape, node) score memo."""
+    from hybridsched.kinds.cluster.fragmentation import _mix_args
+
+    inp, n_nodes, g_slots = policy.inp, policy.cluster.n_nodes, policy.cluster.gpu_cap.shape[1]
+    tk, tp, tcpu, tallow, tw = _mix_args(policy.mix)
+    rows = np.column_stack([inp.cpu, inp.k.astype(np.float64), inp.p]).reshape(-1, 3)
+    uniq, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(-counts, kind="stable")] = np.arange(len(uniq))
+    order = np.argsort(rank)
+    shape = rank[np.asarray(inverse).reshape(-1)].astype(np.int64)
+    n_memo = min(len(uniq), FGD_MEMO_ENTRIES // max(n_nodes, 1))
+    return (tk, tp, tcpu, tallow, tw, np.zeros((n_nodes, len(tk)), dtype=np.int64), np.zeros((n_nodes, len(tk))),
+            np.zeros(n_nodes), np.full(n_nodes, -1, dtype=np.int64), shape,
+            uniq[order, 1].astype(np.int64), uniq[order, 2].copy(),
+            np.zeros((n_memo, n_nodes)), np.full((n_memo, n_nodes), -1, dtype=np.int64),
+            np.full((n_memo, n_nodes), -1, dtype=np.int64),
+            np.empty(len(tk), dtype=np.int64), np.empty(len(tk)), np.zeros(max(g_slots, 1), dtype=np.bool_))
 
 
 def demand_classes(cpu: np.ndarray, mem: np.ndarray, k: np.ndarray, p: np.ndarray, allowed: np.ndarray
                    ) -> tuple[np.ndarray, int]:
     """Per task, the index of its demand class (same cpu, memory, GPU count and share, allowed
-    models), and the number of classes."""
-    rows = np.column_stack([cpu, mem, k.astype(np.float64), p, allowed.astype(np.float64)])
-    _, inverse = np.unique(rows, axis=0, return_inverse=True)
-    inverse = np.asarray(inverse).reshape(-1).astype(np.int64)
-    return inverse, int(inverse.max()) + 1 if len(inverse) else 0
+    models), and the number of classes.  Each column is coded on its own (a 1-D unique), then
+    the codes are combined: one 2-D unique over the rows would sort them as bytes, far slower."""
+    n = len(cpu)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    bits = (allowed.astype(np.int64) << np.arange(allowed.shape[1], dtype=np.int64)).sum(axis=1)
+    code = np.zeros(n, dtype=np.int64)
+    for col in (cpu, mem, k, p, bits):
+        _, inv = np.unique(col, return_inverse=True)
+        inv = np.asarray(inv).reshape(-1)
+        code = code * (int(inv.max()) + 1) + inv
+        _, code = np.unique(code, return_inverse=True)  # renumber densely: the products stay small
+        code = np.asarray(code).reshape(-1).astype(np.int64)
+    return code, int(code.max()) + 1

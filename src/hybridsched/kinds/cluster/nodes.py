@@ -127,6 +127,19 @@ def fits_empty(inp: RunInputs, cluster: NodeCluster) -> np.ndarray:
     return ok
 
 
+def fits_any_node(inp: RunInputs, cluster: NodeCluster) -> np.ndarray:
+    """(n,) bool: task ``i`` fits some node of an empty cluster (``fits_empty(...).any(axis=1)``,
+    tested against each distinct node shape once, so it costs O(tasks x node shapes))."""
+    nodes = cluster.nodes
+    shapes = np.unique(np.column_stack([nodes.cpu_milli, nodes.memory_mib, cluster.node_model, nodes.n_gpu]
+                                       ).astype(np.float64).reshape(-1, 4), axis=0)
+    ok = np.zeros(len(inp), dtype=bool)
+    for cpu, mem, model, n_gpu in shapes:
+        ok |= ((inp.cpu <= cpu) & (inp.mem <= mem) & inp.allowed[:, int(model)]
+               & ((inp.k == 0) | (inp.k <= n_gpu)))
+    return ok
+
+
 def fits_some_node(pods: PodTable, nodes: NodeTable) -> np.ndarray:
     """(n,) bool: the pod fits at least one node of an empty cluster (resources and gpu_spec)."""
     ok = (pods.cpu_milli[:, None] <= nodes.cpu_milli[None, :]) & (pods.memory_mib[:, None] <= nodes.memory_mib[None, :])
