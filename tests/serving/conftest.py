@@ -36,6 +36,7 @@ def serving_cfg(tmp_path: Path, **serving_overrides) -> dict:
     run = compose_run(
         "workload=serving", f"cluster.profile_path={tmp_path / 'data' / 'cluster_profile.json'}",
         f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}",
+        f"cem.model_dir={tmp_path / 'models' / 'cem'}",
         f"serving.tune.dir={tmp_path / 'models' / 'tune'}", f"paths.best_params={tmp_path / 'models' / 'best_params.yaml'}",
         f"paths.workload_dir={tmp_path / 'data' / 'workload'}", f"paths.traces_dir={tmp_path / 'data' / 'traces'}",
         f"paths.metrics_dir={tmp_path / 'metrics'}")
