@@ -12,7 +12,7 @@ import pytest
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds import get_kind
 from hybridsched.kinds.base import STAGES
-from tests.runs import compose_run
+from tests.runs import compose_run, outputs_in
 
 DATA = Path(__file__).parent / "data"
 
@@ -23,11 +23,7 @@ def fixture_run(tmp_path: Path, *overrides: str):
         "workload.nodes.sample=null", "workload.time_compression=1.0", f"nodes.gavel_path={DATA / 'gavel.json'}",
         "nodes.dqn.episodes=2", "nodes.dqn.learning_starts=20", "nodes.dqn.batch_size=16",
         "rf.random_forest.n_estimators=10", "rf.importance_repeats=1",
-        f"paths.workload_dir={tmp_path / 'data' / 'workload'}", f"paths.traces_dir={tmp_path / 'data' / 'traces'}",
-        f"paths.metrics_dir={tmp_path / 'metrics'}", f"paths.best_params={tmp_path / 'models' / 'best_params.yaml'}",
-        f"cluster.profile_path={tmp_path / 'data' / 'cluster_profile.json'}",
-        f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}",
-        f"cem.model_dir={tmp_path / 'models' / 'cem'}", "cem.generations=2", "cem.population=4",
+        *outputs_in(tmp_path), "cem.generations=2", "cem.population=4",
         "cem.cluster.windows=2", "cem.cluster.eval_windows=1", *overrides)
 
 

@@ -31,14 +31,8 @@ def dense(settings: ServingSettings) -> np.ndarray:
 def serving_cfg(tmp_path: Path, **serving_overrides) -> dict:
     """The composed config of a serving run (conf/ with workload=serving), every path in tmp_path;
     ``serving_overrides`` replace keys of the ``serving`` block."""
-    from tests.runs import compose_run
+    from tests.runs import compose_run, outputs_in
 
-    run = compose_run(
-        "workload=serving", f"cluster.profile_path={tmp_path / 'data' / 'cluster_profile.json'}",
-        f"rf.model_dir={tmp_path / 'models' / 'rf'}", f"dqn.model_dir={tmp_path / 'models' / 'dqn'}",
-        f"cem.model_dir={tmp_path / 'models' / 'cem'}",
-        f"serving.tune.dir={tmp_path / 'models' / 'tune'}", f"paths.best_params={tmp_path / 'models' / 'best_params.yaml'}",
-        f"paths.workload_dir={tmp_path / 'data' / 'workload'}", f"paths.traces_dir={tmp_path / 'data' / 'traces'}",
-        f"paths.metrics_dir={tmp_path / 'metrics'}")
+    run = compose_run("workload=serving", *outputs_in(tmp_path), f"serving.tune.dir={tmp_path / 'models' / 'tune'}")
     run.cfg["serving"].update(serving_overrides)
     return run.cfg
