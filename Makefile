@@ -14,6 +14,9 @@ export PYTHONHASHSEED := 0
 export ATEN_CPU_CAPABILITY := avx2
 export MKL_CBWR := AVX2
 export ONEDNN_MAX_CPU_ISA := AVX2
+# numpy's own SIMD kernels (np.exp, np.log, ...) differ in the last bit between AVX2 and AVX-512:
+# keep numpy on its AVX2 paths so a seed's workload is the same bytes on every x86-64 machine
+export NPY_DISABLE_CPU_FEATURES := X86_V4 AVX512_ICL AVX512_SPR
 # dvc.yaml runs `python -m stages.<name>`: that python must be the venv's
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 SHELL := /bin/bash

@@ -15,6 +15,8 @@ from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# stages run in subprocesses get numpy's AVX2 kernels, as under `make` (docs/reproducibility.md)
+os.environ.setdefault("NPY_DISABLE_CPU_FEATURES", "X86_V4 AVX512_ICL AVX512_SPR")
 
 
 @pytest.fixture
