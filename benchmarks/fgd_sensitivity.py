@@ -37,9 +37,17 @@ XS = (100, 130)
 TRACES = Path("/work/shared/traces/alibaba-gpu-v2023")
 
 
+_CACHE: dict = {}  # per worker process: the parsed pod and node lists
+
+
+def _inputs(pod_path: str, node_path: str):
+    if (pod_path, node_path) not in _CACHE:
+        _CACHE[(pod_path, node_path)] = (read_pod_requests(pod_path), k8s_rules.gpu_nodes(read_node_list(node_path)))
+    return _CACHE[(pod_path, node_path)]
+
+
 def _run(list_name: str, pod_path: str, node_path: str, variant: str, name: str, seed: int) -> dict:
-    pods = read_pod_requests(pod_path)
-    nodes = k8s_rules.gpu_nodes(read_node_list(node_path))
+    pods, nodes = _inputs(pod_path, node_path)
     ours = () if variant in ("base",) else (variant,)
     typical = k8s_rules.typical_pods(pods, k8s_rules.models_of(nodes), 0.95, "typical_weights" in ours)
     cap = float(nodes.n_gpu.sum() * MILLI)
@@ -70,7 +78,11 @@ def main() -> None:
             jobs += [(lst, pod_path, node_path, v, p, seed) for v, ps in TOUCHES.items() for p in ps]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as ex:
-        results = list(ex.map(_run, *zip(*jobs, strict=True), chunksize=4))
+        results = []
+        for r in ex.map(_run, *zip(*jobs, strict=True), chunksize=8):
+            results.append(r)
+            if len(results) % 50 == 0:
+                print(f"fgd_sensitivity: {len(results)}/{len(jobs)} runs, {time.perf_counter() - t0:.0f} s", flush=True)
     wall = time.perf_counter() - t0
     table: dict = {}
     for lst in args.lists:
