@@ -32,7 +32,8 @@ def pods_table(cpu, k, p) -> PodTable:
 
 def typical(shapes, weights) -> k8s_rules.Typical:
     """Typical pods by hand: (cpu, milli, k) shapes with their weights, any model."""
-    return k8s_rules.Typical(cpu=np.array([s[0] for s in shapes], np.int64), milli=np.array([s[1] for s in shapes], np.int64),
+    return k8s_rules.Typical(cpu=np.array([s[0] for s in shapes], np.int64),
+                             milli=np.array([s[1] for s in shapes], np.int64),
                              k=np.array([s[2] for s in shapes], np.int64), mask=np.full(len(shapes), 1, np.int64),
                              weight=np.asarray(weights, float), covered=1.0)
 
@@ -128,7 +129,8 @@ def test_dot_product_and_best_fit_truncate_and_best_fit_normalises():
 def test_typical_pods_count_cpu_pods_renormalise_and_put_larger_shapes_first():
     # R11: shapes X (1 core, CPU-only) x3, Y (2 cores, 500 milli) x2, Z (4 cores, a GPU) x2, W x1;
     # 80 % of 8 = 6.4: X (3), then the tie Y / Z larger first: Z (5), Y (7) -> weights 3/7, 2/7, 2/7
-    pods = pods_table([1000] * 3 + [2000] * 2 + [4000] * 2 + [500], [0] * 3 + [1] * 5, [0] * 3 + [500] * 2 + [1000] * 2 + [250])
+    pods = pods_table([1000] * 3 + [2000] * 2 + [4000] * 2 + [500], [0] * 3 + [1] * 5,
+                      [0] * 3 + [500] * 2 + [1000] * 2 + [250])
     t = k8s_rules.typical_pods(pods, ("T4",), coverage=0.8)
     assert list(zip(t.cpu.tolist(), t.milli.tolist(), strict=True)) == [(1000, 0), (4000, 1000), (2000, 500)]
     assert np.allclose(t.weight, [3 / 7, 2 / 7, 2 / 7]) and t.covered == pytest.approx(7 / 8)

@@ -149,7 +149,8 @@ def _exact_jobs(s: FgdSettings, pods: PodTable, n_buckets: int) -> tuple[list[tu
     jobs = [(_job, (spec, name, seed, pods, cluster, mix, s.inflation, n_buckets))
             for name, spec in s.policies.items() for seed in s.seeds]
     return jobs, float(cluster.gpu_cap.sum() / MILLI), {
-        "nodes": cluster.n_nodes, "typical_pods": len(mix), "typical_coverage": round(float(mix.count.sum() / mix.total), 4)}
+        "nodes": cluster.n_nodes, "typical_pods": len(mix),
+        "typical_coverage": round(float(mix.count.sum() / mix.total), 4)}
 
 
 def _k8s_jobs(s: FgdSettings, pods: PodTable, n_buckets: int) -> tuple[list[tuple], float, dict[str, Any]]:

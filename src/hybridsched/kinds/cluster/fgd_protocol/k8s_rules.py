@@ -452,7 +452,8 @@ def _simulate(policy, tie_random, float_scores, cpu_pods_ours, idle_ours, cpu_ty
                 total = 0
                 for g in range(n_gpu[n]):
                     total += gpu_left[n, g]
-                dot = (cpu_left[n] / MAX_SPEC_CPU) * (c / MAX_SPEC_CPU) + (total / MAX_SPEC_GPU) * (k * m / MAX_SPEC_GPU)
+                dot = ((cpu_left[n] / MAX_SPEC_CPU) * (c / MAX_SPEC_CPU)
+                       + (total / MAX_SPEC_GPU) * (k * m / MAX_SPEC_GPU))
                 s = 100.0 * (1.0 - dot / 2.0)
                 score[j] = s if float_scores else float(int(s))
             elif policy == BESTFIT:  # R6 (raw; normalised below)
