@@ -164,7 +164,8 @@ def typical_pods(pods: PodTable, models: tuple[str, ...], coverage: float = 0.95
         kept.append((key, cnt))
         cum += cnt
     cnt = np.array([c for _, c in kept], dtype=float)
-    weight = cnt / total if ours_weights else cnt / cum
+    # Go: count / total, then divided by cum / total after the cut (kept in that order: same bits)
+    weight = cnt / total if ours_weights else (cnt / total) / (cum / total)
     shapes = [k for k, _ in kept]
     return Typical(cpu=np.array([s[0] for s in shapes], np.int64), milli=np.array([s[1] for s in shapes], np.int64),
                    k=np.array([s[2] for s in shapes], np.int64),
@@ -204,7 +205,8 @@ def tie_order(names: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _sigmoid100(x: float) -> float:
-    return 100.0 / (1.0 + math.exp(-x))
+    """``sigmoid(x) * 100`` in the Go code's order of operations (``plugin_utils.go`` ``sigmoid``)."""
+    return (1.0 / (1.0 + math.exp(-x))) * 100.0
 
 
 _sigmoid100_nb = njit(cache=True)(_sigmoid100)
@@ -460,7 +462,7 @@ def _simulate(policy, tie_random, float_scores, cpu_pods_ours, idle_ours, cpu_ty
                 total = 0
                 for g in range(n_gpu[n]):
                     total += gpu_left[n, g]
-                s = (1.0 - (0.5 * (cpu_left[n] - c) / MAX_SPEC_CPU + 0.5 * (total - k * m) / MAX_SPEC_GPU)) * 100.0
+                s = (1.0 - ((cpu_left[n] - c) / MAX_SPEC_CPU * 0.5 + (total - k * m) / MAX_SPEC_GPU * 0.5)) * 100.0
                 score[j] = s if float_scores else float(int(s))
             elif policy == PACKING:
                 score[j] = _packing(n, k, m, gpu_left, n_gpu, cpu_pods_ours, float_scores)
