@@ -5,8 +5,9 @@ Apache-2.0): a Kubernetes scheduler framework with one score plugin per policy. 
 re-implements, in our own code, the rules that decide its placements.  It copies no code; each
 rule below names the Go file and function it follows (paths in that repository).
 
-Rules (``R1`` ... ``R12``; the tests in ``tests/cluster/test_fgd_k8s_rules.py`` check each on a
-hand-made two- or three-node cluster):
+Rules (``R1`` ... ``R13``; the tests in ``tests/cluster/test_fgd_k8s_rules.py`` check each on a
+hand-made cluster of one to four nodes; the cluster itself is the node list's GPU nodes, see
+:func:`gpu_nodes`):
 
 R1  Node choice and ties -- ``vendor/k8s.io/kubernetes/pkg/scheduler/core/generic_scheduler.go``,
     ``selectHost``: the highest total score wins; among equal scores the lexicographically
