@@ -188,3 +188,18 @@ def test_settings_name_the_rules_and_reject_unknown_ones(tmp_path):
         FgdSettings.from_dict({**base, "ours": ["ties"]})
     with pytest.raises(HybridschedError, match="fgd.packing"):
         FgdSettings.from_dict({**base, "rules": "exact"})  # exact runs `policies`: no gpu_packing there
+
+
+def test_seeded_runs_repeat_exactly_even_with_random_ties():
+    nodes = nodes_table([32000] * 4, [2, 4, 8, 2])
+    rng = np.random.default_rng(3)
+    n = 60
+    k = rng.choice([0, 1, 1, 2], size=n)
+    pods = pods_table(rng.choice([1000, 4000], size=n), k, np.where(k == 1, rng.choice([300, 500, 1000], size=n),
+                                                                     np.where(k == 0, 0, 1000)))
+    for plugin in ("RandomScore", "FGDScore"):
+        a = k8s_rules.run_seed(plugin, pods, nodes, np.arange(n), typical([(1000, 500, 1)], [1.0]), np.arange(4), 7,
+                               ("tie_order",))
+        b = k8s_rules.run_seed(plugin, pods, nodes, np.arange(n), typical([(1000, 500, 1)], [1.0]), np.arange(4), 7,
+                               ("tie_order",))
+        assert np.array_equal(a.node, b.node) and np.array_equal(a.gpu_mask, b.gpu_mask)
