@@ -346,14 +346,15 @@ def test_read_pod_requests_keeps_every_phase_and_counts_cpu_zero_as_100(tmp_path
     assert pods.gpu_spec[2] == "V100M16|V100M32"
 
 
-def test_run_experiment_writes_the_metrics_table_and_figures(tmp_path):
+@pytest.mark.parametrize("rules", ["k8s_simulator", "exact"])
+def test_run_experiment_writes_the_metrics_table_and_figures(tmp_path, rules):
     (tmp_path / "nodes.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nc0,32000,100000,0,\n"
                                         + "".join(f"g{i},32000,100000,{2 + 2 * (i % 2)},T4\n" for i in range(6)))
     rows = [f"p{i},{1000 + 1000 * (i % 3)},1000,{[1, 1, 0, 2][i % 4]},{[500, 1000, 0, 1000][i % 4]}" for i in range(24)]
     (tmp_path / "pods.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "\n".join(rows) + "\n")
     base = yaml.safe_load((ROOT / "conf" / "fgd" / "default.yaml").read_text())
     s = {**base, "pod_list": str(tmp_path / "pods.csv"), "node_list": str(tmp_path / "nodes.csv"), "seeds": [0, 1],
-         "workers": 1, "name": "t"}
+         "workers": 1, "name": "t", "rules": rules}
     out = tmp_path / "metrics"
     summary = run_experiment(s, out)
     data = json.loads((out / "t.json").read_text())
@@ -361,7 +362,7 @@ def test_run_experiment_writes_the_metrics_table_and_figures(tmp_path):
     cell = data["fgd"]["130"]["unallocated_gpu_pct"]
     assert cell["q25"] <= cell["median"] <= cell["q75"] and set(data["gpu_packing"]["0"]) == {
         "unallocated_gpu_pct", "frag_pct", "frag_ratio_pct"}
-    assert summary["nodes"] == 6 and summary["capacity_gpus"] == 18
+    assert summary["nodes"] == 6 and summary["capacity_gpus"] == 18 and summary["rules"] == rules
     assert (out / "t_table.csv").exists() and "x = 130" in (out / "t_table.md").read_text()
     assert (out / "plots" / "t_unallocated.png").stat().st_size > 0 and (out / "plots" / "t_frag.png").exists()
     with pytest.raises(HybridschedError, match="fgd.inflation"):

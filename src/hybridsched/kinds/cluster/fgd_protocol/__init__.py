@@ -2,10 +2,14 @@
 2023) on the cluster kind: every policy x every seed of the protocol in ``protocol.py``,
 summarised as in ``report.py``.  Entry point: :func:`run_experiment` (the ``fgd_atc23`` stage).
 
-Settings (``conf/fgd/default.yaml``): ``pod_list``, ``node_list``, ``seeds``, ``inflation``,
-``coverage``, ``zero_cpu_milli``, ``policies`` (name -> ``_target_`` spec), ``fgd_policy`` and
-``packing`` (the headline's comparison), ``report_x``, ``table_x``, ``headline_from_x``, ``figure_from_x``,
-``workers``, ``name`` (output file stem).
+Settings (``conf/fgd/default.yaml``): ``rules`` (``k8s_simulator``: the rules of the paper's own
+Go simulator, ``k8s_rules.py``; ``exact``: our exact-score protocol, ``protocol.py`` with the
+classes of ``policies.py``), ``pod_list``, ``node_list``, ``seeds``, ``inflation``, ``coverage``,
+``zero_cpu_milli``, ``policies`` (name -> ``_target_`` spec; rules ``exact``), ``k8s_policies``
+(name -> the Go simulator's plugin; rules ``k8s_simulator``), ``ours`` (rules of ``k8s_rules.OURS``
+switched back to ours: the sensitivity study), ``fgd_policy`` and ``packing`` (the headline's
+comparison), ``report_x``, ``table_x``, ``headline_from_x``, ``figure_from_x``, ``workers``,
+``name`` (output file stem).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 from hybridsched.errors import HybridschedError
 from hybridsched.io import without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
-from hybridsched.kinds.cluster.fgd_protocol import report
+from hybridsched.kinds.cluster.fgd_protocol import k8s_rules, report
 from hybridsched.kinds.cluster.fgd_protocol.protocol import (
     arrival_order,
     gpu_cluster,
@@ -34,6 +38,10 @@ from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.trace import MILLI, PodTable, read_node_list, read_pod_requests
 
 
+# the setting that lists the policies each value of ``rules`` runs
+ACTIVE = {"exact": "policies", "k8s_simulator": "k8s_policies"}
+
+
 @dataclass
 class FgdSettings:
     """The experiment's settings (see the module docstring); checked by :meth:`from_dict`."""
@@ -41,6 +49,11 @@ class FgdSettings:
     pod_list: str
     node_list: str
     policies: dict[str, dict]
+    rules: str = "k8s_simulator"
+    k8s_policies: dict[str, str] = field(default_factory=lambda: {
+        "random": "RandomScore", "dot_prod": "DotProductScore", "gpu_clustering": "GpuClusteringScore",
+        "gpu_packing": "GpuPackingScore", "best_fit": "BestFitScore", "fgd": "FGDScore"})
+    ours: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: list(range(10)))
     inflation: float = 1.3
     coverage: float = 0.95
@@ -67,6 +80,11 @@ class FgdSettings:
         s.seeds, s.report_x, s.table_x = ([int(v) for v in s.seeds], [int(v) for v in s.report_x],
                                           [int(v) for v in s.table_x])
         s.policies = {str(k): dict(v) for k, v in s.policies.items()}
+        s.k8s_policies = {str(k): str(v) for k, v in s.k8s_policies.items()}
+        s.ours = [str(v) for v in s.ours]
+        if s.rules not in ACTIVE:
+            raise HybridschedError(f"fgd.rules: {s.rules!r} must be one of {sorted(ACTIVE)}")
+        active = s.active_policies()
         last = int(np.floor(s.inflation * 100 + 1e-9))
         xs = [*s.report_x, *s.table_x, s.headline_from_x, s.figure_from_x]
         checks = [
@@ -78,14 +96,22 @@ class FgdSettings:
             (s.workers >= 1, "workers", s.workers, ">= 1"),
             (all(0 <= x <= last for x in xs), "report_x/table_x/headline_from_x/figure_from_x", sorted(set(xs)),
              f"within [0, {last}] (100 x inflation)"),
-            (s.fgd_policy in s.policies, "fgd_policy", s.fgd_policy, f"one of the policies {sorted(s.policies)}"),
-            (len(s.packing) > 0 and set(s.packing) <= set(s.policies), "packing", s.packing,
-             f"a non-empty subset of the policies {sorted(s.policies)}"),
+            (len(active) > 0, ACTIVE[s.rules], active, "non-empty"),
+            (s.fgd_policy in active, "fgd_policy", s.fgd_policy, f"one of the policies {sorted(active)}"),
+            (len(s.packing) > 0 and set(s.packing) <= set(active), "packing", s.packing,
+             f"a non-empty subset of the policies {sorted(active)}"),
+            (set(s.k8s_policies.values()) <= set(k8s_rules.PLUGINS), "k8s_policies", sorted(s.k8s_policies.values()),
+             f"plugins among {sorted(k8s_rules.PLUGINS)}"),
+            (set(s.ours) <= set(k8s_rules.OURS), "ours", s.ours, f"rules among {list(k8s_rules.OURS)}"),
         ]
         for ok, key, value, rule in checks:
             if not ok:
                 raise HybridschedError(f"fgd.{key}: {value} must be {rule}")
         return s
+
+    def active_policies(self) -> dict[str, Any]:
+        """The policies the chosen rules run: name -> spec (exact) or plugin (k8s_simulator)."""
+        return getattr(self, ACTIVE[self.rules])
 
 
 def _job(spec: dict, name: str, seed: int, pods: PodTable, cluster: NodeCluster, mix: TaskMix,
@@ -102,6 +128,49 @@ def _job(spec: dict, name: str, seed: int, pods: PodTable, cluster: NodeCluster,
             "seconds": time.perf_counter() - t0, "buckets": report.bucket_means(curve, n_buckets)}
 
 
+def _job_k8s(plugin: str, name: str, seed: int, pods: PodTable, nodes: Any, typical: k8s_rules.Typical,
+             inflation: float, n_buckets: int, ours: tuple[str, ...]) -> dict[str, Any]:
+    """One (policy, seed) run under the Go simulator's rules (``k8s_rules``), bucketed as its
+    analysis does (R13; ``ours`` may switch single rules back, see ``k8s_rules.OURS``)."""
+    t0 = time.perf_counter()
+    cap = float(nodes.n_gpu.sum() * MILLI)
+    order = k8s_rules.arrival_order(pods, cap, inflation, workload_rng(seed))
+    rank = k8s_rules.tie_order(nodes.name, k8s_rules.order_rng(seed))
+    curve = k8s_rules.run_seed(plugin, pods, nodes, order, typical, rank, k8s_rules.draw_seed(seed, name), ours)
+    return {"policy": name, "seed": seed, "pods": len(order), "failed": int(curve.failed.sum()),
+            "failed_gpus": float((pods.num_gpu * pods.gpu_milli)[order][curve.failed].sum() / MILLI),
+            "seconds": time.perf_counter() - t0, "buckets": report.bucket_means_rounded(curve, n_buckets)}
+
+
+def _exact_jobs(s: FgdSettings, pods: PodTable, n_buckets: int) -> tuple[list[tuple], float, dict[str, Any]]:
+    """rules ``exact``: our protocol (``protocol.py``) with the classes of ``policies.py``."""
+    cluster = gpu_cluster(read_node_list(s.node_list))
+    mix = typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, cluster.models, s.coverage)
+    jobs = [(_job, (spec, name, seed, pods, cluster, mix, s.inflation, n_buckets))
+            for name, spec in s.policies.items() for seed in s.seeds]
+    return jobs, float(cluster.gpu_cap.sum() / MILLI), {
+        "nodes": cluster.n_nodes, "typical_pods": len(mix),
+        "typical_coverage": round(float(mix.count.sum() / mix.total), 4)}
+
+
+def _k8s_jobs(s: FgdSettings, pods: PodTable, n_buckets: int) -> tuple[list[tuple], float, dict[str, Any]]:
+    """rules ``k8s_simulator``: the Go simulator's rules (``k8s_rules.py``)."""
+    k8s_rules.check_pods(pods)
+    nodes = k8s_rules.gpu_nodes(read_node_list(s.node_list))
+    typical = k8s_rules.typical_pods(pods, k8s_rules.models_of(nodes), s.coverage, "typical_weights" in s.ours)
+    jobs = [(_job_k8s, (plugin, name, seed, pods, nodes, typical, s.inflation, n_buckets, tuple(s.ours)))
+            for name, plugin in s.k8s_policies.items() for seed in s.seeds]
+    return jobs, float(nodes.n_gpu.sum()), {"nodes": len(nodes), "typical_pods": len(typical.weight),
+                                           "typical_coverage": round(typical.covered, 4), "ours": list(s.ours)}
+
+
+RULES = {"exact": _exact_jobs, "k8s_simulator": _k8s_jobs}
+
+
+def _call(fn, args):
+    return fn(*args)
+
+
 def run_experiment(settings: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """Run every policy on every seed and write, under ``out_dir`` (the metrics folder):
     ``<name>.json`` (the figures' points at ``report_x``), ``<name>_table.csv`` / ``.md`` (at
@@ -111,26 +180,22 @@ def run_experiment(settings: dict[str, Any], out_dir: str | Path) -> dict[str, A
     s = FgdSettings.from_dict(settings)
     t0 = time.perf_counter()
     pods = read_pod_requests(s.pod_list, s.zero_cpu_milli)
-    cluster = gpu_cluster(read_node_list(s.node_list))
-    mix = typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, cluster.models, s.coverage)
     n_buckets = int(np.floor(s.inflation * 100 + 1e-9)) + 1
-    jobs = [(spec, name, seed, pods, cluster, mix, s.inflation, n_buckets)
-            for name, spec in s.policies.items() for seed in s.seeds]
+    jobs, capacity, about = RULES[s.rules](s, pods, n_buckets)
     if s.workers == 1:
-        results = [_job(*j) for j in jobs]
+        results = [fn(*args) for fn, args in jobs]
     else:
         with ProcessPoolExecutor(max_workers=s.workers) as ex:
-            results = list(ex.map(_job, *zip(*jobs, strict=True)))
-    capacity = float(cluster.gpu_cap.sum() / MILLI)
-    bands = {name: report.band([r["buckets"] for r in results if r["policy"] == name]) for name in s.policies}
+            results = list(ex.map(_call, *zip(*jobs, strict=True)))
+    names = list(s.active_policies())
+    bands = {name: report.band([r["buckets"] for r in results if r["policy"] == name]) for name in names}
     head = report.headline(bands, s.fgd_policy, s.packing, s.table_x, capacity, s.headline_from_x)
     runs = {name: {"pods_median": float(np.median([r["pods"] for r in results if r["policy"] == name])),
                    "failed_median": float(np.median([r["failed"] for r in results if r["policy"] == name])),
                    "failed_gpus_median": float(np.median([r["failed_gpus"] for r in results if r["policy"] == name])),
                    "seconds_total": round(sum(r["seconds"] for r in results if r["policy"] == name), 2)}
-            for name in s.policies}
-    summary = {"pod_list": str(s.pod_list), "nodes": cluster.n_nodes, "typical_pods": len(mix),
-               "typical_coverage": round(float(mix.count.sum() / mix.total), 4), "seeds": s.seeds,
+            for name in names}
+    summary = {"pod_list": str(s.pod_list), "rules": s.rules, **about, "seeds": s.seeds,
                "wall_seconds": round(time.perf_counter() - t0, 1), "workers": s.workers, "runs": runs, **head}
     out = Path(out_dir)
     tab = report.table(bands, s.table_x, capacity)

@@ -30,6 +30,32 @@ def bucket_means(curve: Curve, n_buckets: int) -> dict[str, np.ndarray]:
     return out
 
 
+def bucket_means_rounded(curve: Curve, n_buckets: int) -> dict[str, np.ndarray]:
+    """The Go simulator's analysis (``k8s_rules`` R13): bucket ``b`` holds the events with x
+    rounded half to even to ``b`` (x past the last bucket count nowhere); unallocated GPU % is
+    rounded to 0.01 per event first.  An empty bucket takes the mean over the events of buckets
+    ``b - 1 .. b + 1``; if those are empty too, the state after the last event before it."""
+    b = np.rint(curve.x).astype(np.int64)  # numpy rounds half to even, as Python's round
+    keep = (b >= 0) & (b < n_buckets)
+    bk = b[keep]
+    counts = np.bincount(bk, minlength=n_buckets)
+    near = counts + np.concatenate([[0], counts[:-1]]) + np.concatenate([counts[1:], [0]])
+    before = np.maximum(np.searchsorted(np.maximum.accumulate(b), np.arange(n_buckets), side="right") - 1, 0)
+    out = {}
+    for m in MEASURES:
+        y = getattr(curve, m)
+        if m == "unallocated_gpu_pct":
+            y = np.round(y, 2)
+        sums = np.bincount(bk, weights=y[keep], minlength=n_buckets)
+        sums_near = sums + np.concatenate([[0.0], sums[:-1]]) + np.concatenate([sums[1:], [0.0]])
+        out[m] = np.where(counts > 0, sums / np.maximum(counts, 1),
+                          np.where(near > 0, sums_near / np.maximum(near, 1), y[before]))
+    return out
+
+
+BUCKETS = {"floor": bucket_means, "round": bucket_means_rounded}
+
+
 def band(per_seed: list[dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
     """Median, 25 % and 75 % (linear interpolation) over seeds of every measure, per bucket."""
     out = {}
