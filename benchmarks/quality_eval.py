@@ -35,7 +35,7 @@ from hybridsched.errors import HybridschedError
 from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.bounds_lp import LPSettings
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.scenarios import evaluate_workload, heldout_workloads
 from hybridsched.kinds.machine.tuning import TuneSettings, merge, run_study

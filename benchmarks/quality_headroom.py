@@ -33,7 +33,7 @@ from benchmarks.common import report
 from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
 from hybridsched.io import write_frame
 from hybridsched.kinds.base import instantiate
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.scenarios import heldout_workloads
 from hybridsched.kinds.machine.sim import simulate

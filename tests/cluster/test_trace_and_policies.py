@@ -19,7 +19,7 @@ from hybridsched.kinds.cluster.trace import (
     read_pod_trace,
     sample_nodes,
 )
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, WorkloadError
 from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.bounds import lower_bound

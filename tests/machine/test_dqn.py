@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hybridsched.kinds.machine.devices import Cluster  # noqa: E402
+from hybridsched.devices import Cluster  # noqa: E402
 from hybridsched.errors import HybridschedError, ModelFileError  # noqa: E402
 from hybridsched.kinds.machine.dqn import DQNSettings, load_model, save_model, save_network, train  # noqa: E402
 from hybridsched.rl.dqn import DQNLearner, QNetwork, linear_schedule  # noqa: E402

@@ -29,8 +29,8 @@ from hybridsched.kinds.cluster import node_index as NI
 from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
 from hybridsched.kinds.cluster.trace import MILLI
 # (time, task) min-heap whose ties pop in task order, as heapq orders the Python loop's tuples
-from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
-from hybridsched.kinds.machine.timeline import heap_push as _heap_push
+from hybridsched.heap import heap_pop as _heap_pop
+from hybridsched.heap import heap_push as _heap_push
 
 # how an arrival asks the node index (node_index.py) for its node: every feasible node (the
 # kernel chooses), the first, the first from round robin's next node on, or greedy's least

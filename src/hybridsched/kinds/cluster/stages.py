@@ -20,7 +20,7 @@ from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.cluster import workload as W
 from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.trace import NodeTable, PodTable
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.not_applicable import write_placeholders
 
 

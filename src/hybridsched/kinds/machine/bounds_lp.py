@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable
 
 TANGENTS = (0.25, 0.5, 0.75, 1.0)  # points where f^2 is linearised from below

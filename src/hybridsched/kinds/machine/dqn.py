@@ -33,7 +33,7 @@ import torch
 
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import read_model_meta
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.dqn_state import DEFAULT_FRACTIONS, StateSpec
 from hybridsched.kinds.machine.workload import TaskTable
 from hybridsched.rl.dqn import DQNLearner, DQNSettings as CoreSettings, QNetwork, linear_schedule

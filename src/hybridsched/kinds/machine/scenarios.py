@@ -22,7 +22,7 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate, spec_from_config

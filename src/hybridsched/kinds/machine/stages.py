@@ -17,7 +17,7 @@ from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
 from hybridsched.progress import progress
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.sim import simulate, task_matrix

@@ -132,7 +132,7 @@ def generate(run: Run) -> dict[str, Any]:
 
 def validate(run: Run) -> dict[str, Any]:
     """Great Expectations on both splits; metrics/validation.json; DataValidationError on failure."""
-    from hybridsched.kinds.machine.validation import failure_summary
+    from hybridsched.validation import failure_summary
     from hybridsched.kinds.serving.validation import validate_requests
 
     report = validate_requests({sp: run.workload_dir / f"{sp}.parquet" for sp in SPLITS}, settings_of(run))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.kinds.machine.dqn_state import ACTION, FEAT, FRAC, ORDER, RAND_A, SEQ, TIME, StateSpec, U, dqn_decide
 from hybridsched.kinds.machine.outcomes import OutcomeClock
