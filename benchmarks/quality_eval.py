@@ -63,7 +63,8 @@ def train_models(cfg: dict[str, Any], train, cluster: Cluster, work: Path, episo
     from hybridsched.kinds.machine.policies.dqn import DQNPolicy
     from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
     from hybridsched.kinds.machine.runtime_model import train_runtime_model
-    from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train as train_dqn
+    from hybridsched.kinds.machine.dqn import DQNSettings, save_model
+    from hybridsched.kinds.machine.dqn_train import train as train_dqn
 
     model, _ = train_runtime_model(task_matrix(train, cluster), cluster, {**cfg["rf"], "importance_repeats": 0})
     dqn_dir = work / "dqn"

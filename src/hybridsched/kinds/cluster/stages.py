@@ -113,7 +113,8 @@ def train_rf(run: Run) -> dict:
 
 def train_dqn(run: Run) -> dict:
     """The node DQN: models/dqn, metrics/train_dqn.json, metrics/plots/train_dqn.csv."""
-    from hybridsched.kinds.cluster.dqn_train import save_node_dqn, train_node_dqn
+    from hybridsched.kinds.cluster.dqn import save_node_dqn
+    from hybridsched.kinds.cluster.dqn_train import train_node_dqn
 
     train, _, nodes = _splits(run)
     settings = run.cfg["nodes"]["dqn"]

@@ -144,7 +144,8 @@ def train_rf(run: Run) -> dict:
 def train_dqn(run: Run) -> dict:
     """Train the dueling DQN in the simulator on the training workload; ``dqn.model_dir``,
     metrics/train_dqn.json and the per-episode curve metrics/plots/train_dqn.csv."""
-    from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train  # torch
+    from hybridsched.kinds.machine.dqn import DQNSettings, save_model  # torch
+    from hybridsched.kinds.machine.dqn_train import train
 
     settings = DQNSettings.from_dict(run.cfg["dqn"])
     cluster = _cluster(run)

@@ -17,23 +17,13 @@ import pandas as pd
 from hybridsched.errors import DataValidationError, HybridschedError
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
-from hybridsched.kinds.serving.settings import ServingSettings
+from hybridsched.kinds.serving.settings import ServingSettings, settings_of
+from hybridsched.kinds.serving.settings import config_block as _block, pred_table as _pred_table
 from hybridsched.evaluation import compare, write_report
 
 BASELINE = "fifo"  # the speed-up columns are over this policy
 
-# blocks of the ``serving`` config that are not machine settings
-SUB_BLOCKS = ("profile", "predictor", "dqn", "tune", "real", "load_sweep")
 SPLITS = ("train", "test")
-
-
-def settings_of(run: Run) -> ServingSettings:
-    """The machine settings of the ``serving`` block."""
-    return ServingSettings.from_dict({k: v for k, v in run.cfg["serving"].items() if k not in SUB_BLOCKS})
-
-
-def _block(run: Run, name: str) -> dict[str, Any]:
-    return dict(run.cfg["serving"].get(name) or {})
 
 
 def _tables(run: Run, s: ServingSettings) -> tuple[np.ndarray, pd.DataFrame]:
@@ -55,21 +45,6 @@ def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
         reqs = read_requests(run.workload_dir / f"{split}.parquet", s)
     dense_latency(read_table(s), s, np.unique(reqs.variant), str(table_source(s)))  # coverage check
     return reqs
-
-
-def _pred_table(run: Run, s: ServingSettings, lat: np.ndarray) -> tuple[np.ndarray, str]:
-    """The scheduler's latency model: the learned predictor's table, or the profile table."""
-    p = _block(run, "predictor")
-    if p.get("use", "learned") == "table":
-        return lat, "latency table"
-    path = Path(p.get("model_dir", "models/rf")) / "pred_latency.npy"
-    try:
-        pred = np.load(path)
-    except FileNotFoundError:
-        raise HybridschedError(f"{path}: not found (run train_rf, or set serving.predictor.use=table)") from None
-    if pred.shape != lat.shape:
-        raise HybridschedError(f"{path}: shape {pred.shape} does not match the settings {lat.shape} (rerun train_rf)")
-    return pred, "learned predictor"
 
 
 # ---- stages -----------------------------------------------------------------------------------
