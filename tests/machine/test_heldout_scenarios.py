@@ -1,6 +1,5 @@
 """Held-out draws, the offered-load calibration and the load sweep (files under tmp_path)."""
 
-import numpy as np
 import pandas as pd
 import pytest
 

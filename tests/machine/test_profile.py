@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from hybridsched.kinds.machine import profiling
 from hybridsched.devices import cluster_from_config

@@ -192,7 +192,7 @@ def tune(run: Run) -> dict[str, Any]:
     train = _requests(run, s, "train", lat).frame
     res = run_study(train, s, lat, pred, run.cfg["policies"]["serving"]["dynamic"], cfg)
     study = res.pop("study")
-    write_text(run.path("best_params"), f"# Written by the tune stage (serving); read when use_tuned=true.\n"
+    write_text(run.path("best_params"), "# Written by the tune stage (serving); read when use_tuned=true.\n"
                + yaml.safe_dump(res["tuned_config"], sort_keys=True))
     with atomic_dir(cfg.get("dir", "models/tune")) as tmp:
         write_frame(tmp / "trials.csv", study.trials_dataframe())
