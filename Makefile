@@ -24,7 +24,7 @@ SHELL := /bin/bash
 # pip's find-links on this machine points at index dirs; its "is ignored" warnings are noise
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither" || true; }
 
-.PHONY: repro test test-fast bench params browser system-deps serve clean-venv
+.PHONY: repro test test-fast lint docs bench params browser system-deps serve clean-venv
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 $(PIPFILTER)
@@ -61,6 +61,16 @@ test: $(STAMP) $(PLOTS_TEMPLATE) browser
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
+
+# ruff (pyflakes and syntax rules) and mypy, both configured in pyproject.toml; CI runs this
+# before the tests (.ci/run)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
+
+# the docs as a site under site/ (mkdocs.yml; strict: a broken link or anchor fails)
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) -m benchmarks.$$(basename $$b .py) || exit 1; done

@@ -28,7 +28,7 @@ from hybridsched.kinds.cluster.nodes import NodeCluster, fits_some_node, run_inp
 from hybridsched.kinds.cluster.speeds import speed_table
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.kinds.cluster.trace import NodeTable, read_node_list, read_pod_trace
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 
 TRACES = Path("/work/shared/traces") if Path("/work/shared/traces").exists() else Path("../shared/traces")
 TARGET_FIFO = 200_000

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import measure, report
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.dqn import DQNPolicy
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 from hybridsched.kinds.machine.sim import simulate, task_matrix

@@ -20,7 +20,7 @@ import numpy as np
 import yaml
 
 from benchmarks.common import measure, report
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.runtime_model import load_model, train_runtime_model
 from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
 from hybridsched.kinds.machine.sim import simulate, task_matrix

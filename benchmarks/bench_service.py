@@ -30,7 +30,7 @@ def write_small_models(root: Path, cluster_cfg: dict) -> dict[str, Path]:
     """A small RandomForest (models/rf format) and an untrained DQN network (models/dqn format)."""
     import torch
 
-    from hybridsched.kinds.machine.devices import cluster_from_config
+    from hybridsched.devices import cluster_from_config
     from hybridsched.kinds.machine.dqn_state import StateSpec
     from hybridsched.kinds.machine.engine import task_matrix
     from hybridsched.kinds.machine.runtime_model import save_model, train_runtime_model

@@ -12,7 +12,7 @@ import argparse
 import numpy as np
 
 from benchmarks.common import measure, report
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
 from hybridsched.kinds.machine.sim import simulate

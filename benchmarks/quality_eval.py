@@ -35,7 +35,7 @@ from hybridsched.errors import HybridschedError
 from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.bounds_lp import LPSettings
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.scenarios import evaluate_workload, heldout_workloads
 from hybridsched.kinds.machine.tuning import TuneSettings, merge, run_study
@@ -63,7 +63,8 @@ def train_models(cfg: dict[str, Any], train, cluster: Cluster, work: Path, episo
     from hybridsched.kinds.machine.policies.dqn import DQNPolicy
     from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
     from hybridsched.kinds.machine.runtime_model import train_runtime_model
-    from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train as train_dqn
+    from hybridsched.kinds.machine.dqn import DQNSettings, save_model
+    from hybridsched.kinds.machine.dqn_train import train as train_dqn
 
     model, _ = train_runtime_model(task_matrix(train, cluster), cluster, {**cfg["rf"], "importance_repeats": 0})
     dqn_dir = work / "dqn"

@@ -1,7 +1,7 @@
 """How much room does the eft_rank family leave? Per workload, eft_rank with three sets of weights.
 
 - ``cross``: the YAML weights (tuned once on the default workload's training split), the
-  heuristic every learned policy is compared with in docs/quality.md;
+  heuristic every learned policy is compared with in docs/notes/quality.md;
 - ``own``: tuned by the project's Optuna study (``tuning.run_study``) on *that workload's*
   training split (for a held-out draw: a fresh training draw of the same parameters, task
   stream ``[7, k]``, never the test stream ``k``), then run on the test split;
@@ -33,7 +33,7 @@ from benchmarks.common import report
 from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
 from hybridsched.io import write_frame
 from hybridsched.kinds.base import instantiate
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.scenarios import heldout_workloads
 from hybridsched.kinds.machine.sim import simulate

@@ -14,7 +14,7 @@ from stages.common import check_group_options, run_stage
 
 def sweep(run: Run):  # -> pandas.DataFrame
     """Write load_sweep.{csv,md,png} under ``load_sweep.out``; return the table."""
-    from hybridsched.kinds.machine.devices import cluster_from_config
+    from hybridsched.devices import cluster_from_config
     from hybridsched.kinds.machine.scenarios import SweepSettings, load_sweep, policy_factories, write_sweep
 
     c, s = run.cfg, run.cfg["load_sweep"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")

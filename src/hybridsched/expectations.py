@@ -1,7 +1,7 @@
 """What every kind's validate stage shares: the report's fate.
 
 The expectation suites themselves are per kind (``kinds/<kind>/validation.py``) and run
-through the Great Expectations helper in ``kinds/machine/validation.py``; this module writes
+through the Great Expectations runner in ``hybridsched/validation.py``; this module writes
 the report and turns a failed suite into the one-line error the stages print.
 """
 
@@ -17,7 +17,7 @@ from hybridsched.io import write_json
 def check_report(report: dict[str, Any], out: Path) -> dict[str, Any]:
     """Write ``report`` to ``out`` (on failure too: it is where the details are); raise
     DataValidationError listing every failed expectation if the suite failed."""
-    from hybridsched.kinds.machine.validation import failure_summary
+    from hybridsched.validation import failure_summary
 
     write_json(out, report)
     if not report["success"]:

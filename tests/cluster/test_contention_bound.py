@@ -15,7 +15,7 @@ from hybridsched.kinds.cluster.engine import simulate
 from hybridsched.kinds.cluster.nodes import NodeCluster, fits_empty, run_inputs
 from hybridsched.kinds.cluster.speeds import speed_table
 from hybridsched.kinds.cluster.trace import NodeTable, PodTable
-from tests.cluster.test_compiled_engine import GAVEL, MODELS, needs_traces, node_st, task_st
+from tests.cluster.test_compiled_engine import GAVEL, needs_traces, node_st, task_st
 
 
 def _pods(tasks) -> PodTable:

@@ -156,7 +156,7 @@ def test_default_gpus_are_the_tightest_for_sharing_and_lowest_index_idle_for_who
 
 def test_fgd_fragmentation_of_a_node_matches_a_hand_computation():
     """GPUs free [1000, 500, 200, 0], 4000 milli-CPU free, model T4 (index of 'T4')."""
-    models = ("P100", "T4", "")
+    models = ("P100", "T4", "")  # noqa: F841  (names the columns of `allowed` below)
     mix = TaskMix(k=np.array([1, 2, 0, 0, 1]), p=np.array([500.0, 1000, 0, 0, 200]),
                   cpu=np.array([1000.0, 2000, 8000, 1000, 0]),
                   allowed=np.array([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 0, 0]], dtype=bool),

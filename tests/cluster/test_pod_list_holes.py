@@ -117,7 +117,7 @@ def test_an_untimed_list_without_a_duration_names_the_setting(tmp_path: Path) ->
 
 def test_validate_names_the_setting_for_missing_durations(tmp_path: Path) -> None:
     from hybridsched.kinds.cluster.validation import validate_pod_files
-    from hybridsched.kinds.machine.validation import failure_summary
+    from hybridsched.validation import failure_summary
 
     p = tmp_path / "untimed.csv"
     p.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\npod-a,1000,1024,1,1000\npod-b,1000,1024,0,0\n")
@@ -214,7 +214,7 @@ def test_training_on_pods_without_durations_is_one_line(tmp_path: Path) -> None:
 def test_an_empty_split_is_refused_by_the_reader_and_validate(tmp_path: Path) -> None:
     from hybridsched.kinds.cluster.validation import validate_pod_files
     from hybridsched.kinds.cluster.workload import read_split
-    from hybridsched.kinds.machine.validation import failure_summary
+    from hybridsched.validation import failure_summary
 
     pods, _ = read_pod_trace(write(tmp_path, GOOD))
     (tmp_path / "w").mkdir()

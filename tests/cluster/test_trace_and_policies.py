@@ -19,7 +19,7 @@ from hybridsched.kinds.cluster.trace import (
     read_pod_trace,
     sample_nodes,
 )
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, WorkloadError
 from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.bounds import lower_bound
@@ -312,7 +312,8 @@ def test_packing_leaves_less_fragmentation_than_spreading_on_sharing_tasks():
 @pytest.mark.slow
 def test_pipeline_functions_on_a_slice_of_the_real_trace(tmp_path):
     """Import, train the RF and a 1-episode DQN, run every node policy, audit and compare."""
-    from hybridsched.kinds.cluster.dqn_train import load_node_dqn, save_node_dqn, train_node_dqn
+    from hybridsched.kinds.cluster.dqn import load_node_dqn, save_node_dqn
+    from hybridsched.kinds.cluster.dqn_train import train_node_dqn
     from hybridsched.kinds.cluster import workload as pipeline
     from hybridsched.kinds.cluster.dqn import NodeDQN
     from hybridsched.kinds.cluster.hybrid_ml import HybridML

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
 from hybridsched.kinds.machine.sim import simulate

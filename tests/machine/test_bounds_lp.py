@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.weighted import DMDA, LoadAwareEFT, RankEFT
 from hybridsched.kinds.machine.workload import from_frame
 from tests.conftest import small_workload

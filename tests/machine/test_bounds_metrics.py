@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from hybridsched.kinds.machine.bounds import best_alone_seconds, lower_bound
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import check_trace, summarize
 from hybridsched.kinds.machine.policies.eft import Oracle
 from hybridsched.kinds.machine.workload import from_frame

@@ -11,7 +11,7 @@ import pytest
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.cem_train import (MachineCEMSettings, check_seed, draw_set, model_from_theta, n_theta,
                                                  relative_costs, train_scorer)
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.scorer import CEMScorer, base_from_eft_rank
 from hybridsched.kinds.machine.policies.weighted import RankEFT

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.errors import HybridschedError
 
 

@@ -13,9 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hybridsched.kinds.machine.devices import Cluster  # noqa: E402
+from hybridsched.devices import Cluster  # noqa: E402
 from hybridsched.errors import HybridschedError, ModelFileError  # noqa: E402
-from hybridsched.kinds.machine.dqn import DQNSettings, load_model, save_model, save_network, train  # noqa: E402
+from hybridsched.kinds.machine.dqn import DQNSettings, load_model, save_model, save_network  # noqa: E402
+from hybridsched.kinds.machine.dqn_train import train  # noqa: E402
 from hybridsched.rl.dqn import DQNLearner, QNetwork, linear_schedule  # noqa: E402
 from hybridsched.kinds.machine.dqn_state import StateSpec, features_into, q_values_batch  # noqa: E402
 from hybridsched.kinds.machine.outcomes import OutcomeClock  # noqa: E402

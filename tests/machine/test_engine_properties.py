@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridsched.kinds.machine.bounds import lower_bound
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
 from tests.conftest import small_workload

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hybridsched.kinds.machine.gantt import parts_in_window, plot_gantt
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.engine import simulate
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate

@@ -1,11 +1,10 @@
 """Held-out draws, the offered-load calibration and the load sweep (files under tmp_path)."""
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 from hybridsched.kinds.machine.policies.weighted import LoadAwareEFT
 from hybridsched.kinds.machine.scenarios import (HELDOUT_RANGES, SweepSettings, heldout_workloads, load_sweep,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.kinds.machine.features import FEATURE_NAMES, task_features
 from hybridsched.kinds.machine.online import ResidualModel, SlidingWindow

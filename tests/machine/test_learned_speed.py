@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.forest_predict import flatten_forest
 from hybridsched.kinds.machine.online import ResidualModel, ridge_refit, ridge_state_size
 from hybridsched.kinds.machine.policies.hybrid_ml import HybridML

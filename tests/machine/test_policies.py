@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin, _greedy, least_loaded_gpu
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle, best_split

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from hybridsched.kinds.machine import profiling
-from hybridsched.kinds.machine.devices import cluster_from_config
+from hybridsched.devices import cluster_from_config
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.profiling import (
     ProfileSettings,

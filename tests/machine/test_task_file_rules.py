@@ -15,11 +15,12 @@ import pytest
 from hybridsched.errors import HybridschedError, WorkloadError
 from hybridsched.io import write_json
 from hybridsched.kinds.machine import schema
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.runtime_model import load_model, save_model, train_runtime_model
 from hybridsched.kinds.machine.sim import task_matrix
 from hybridsched.kinds.machine.user_file import load_splits, load_with_report
-from hybridsched.kinds.machine.validation import failure_summary, validate_files, validate_frame
+from hybridsched.kinds.machine.validation import validate_files, validate_frame
+from hybridsched.validation import failure_summary
 from hybridsched.kinds.machine.workload import generate_splits, read_tasks
 from tests.bad_input_catalogue import as_documented, assert_documented, assert_one_plain_line
 

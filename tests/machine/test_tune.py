@@ -8,7 +8,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 from stages.common import apply_tuned

@@ -3,7 +3,7 @@
 import pytest
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 from tests.conftest import small_workload
 

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 from tests.conftest import small_workload
 from tests.pg_fixture import ROOT_CONF, postgres_url  # noqa: F401  (fixture)

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.kinds.machine.validation import DEPS_CHECK_COLUMN, deps_not_earlier, failure_summary, validate_files, validate_frame
+from hybridsched.kinds.machine.validation import DEPS_CHECK_COLUMN, deps_not_earlier, validate_files, validate_frame
+from hybridsched.validation import failure_summary
 from hybridsched.kinds.machine.workload import generate_splits
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 from hybridsched.kinds.machine.policies.weighted import DMDA, LoadAwareEFT, OracleRankEFT, RankEFT, WeightedEFT

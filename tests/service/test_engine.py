@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import cluster_from_config
+from hybridsched.devices import cluster_from_config
 from hybridsched.service.engine import Lane
 from hybridsched.service.stream import GeneratedStream
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.kinds.base import instantiate
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.engine import Session
 from hybridsched.service.persistence import Batch, BatchWriter, Store
 from hybridsched.service.settings import ServiceSettings

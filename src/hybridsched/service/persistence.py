@@ -223,7 +223,7 @@ class Store:
     def history(self, limit: int, offset: int = 0, policy: str | None = None,
                 run_id: int | None = None) -> tuple[int, list[dict[str, Any]]]:
         """(total matching, newest results first: a page of ``limit`` from ``offset``)."""
-        from sqlalchemy import func, select
+        from sqlalchemy import select
 
         from hybridsched.service.models import ResultRow as R
         from hybridsched.service.models import TaskRow as T

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable, generate, read_tasks, spec_from_config
 
 

@@ -30,13 +30,17 @@ run that always takes action 0.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from hybridsched.errors import ModelFileError
+from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.rl.qnet import pack_weights, q_values
 from hybridsched.kinds.cluster.nodes import CPU_MODEL
-from hybridsched.kinds.cluster.engine import ClusterState
+from hybridsched.kinds.cluster.state import ClusterState
 from hybridsched.kinds.cluster.policies import (
     BestFit,
     EarliestFinishTime,
@@ -48,6 +52,9 @@ from hybridsched.kinds.cluster.policies import (
 
 ACTIONS = ("fastest_model", "slowest_model", "best_fit", "least_loaded", "min_fragmentation")
 REWARD_CLIP = 10.0
+FORMAT = "hybridsched-node-dqn/1"
+MODEL_FILE = "model.pt"
+META_FILE = "meta.json"
 
 
 class _Fastest(NodePolicy):
@@ -95,8 +102,6 @@ class NodeDQN(NodePolicy):
         for r in self.rules:
             r.fit(train)
         if self.model_dir is not None and self.learner is None:
-            from hybridsched.kinds.cluster.dqn_train import load_node_dqn
-
             saved = load_node_dqn(self.model_dir)
             self.weights, self.gpu_models = saved["weights"], tuple(saved["gpu_models"])
 
@@ -194,3 +199,34 @@ class NodeDQN(NodePolicy):
         if self._last is not None and (self.learner is not None or self.forced_action is not None):
             self._close(self._last[0], done=1.0, t=state.t)
         self._last = None
+
+
+def save_node_dqn(model_dir: str | Path, policy: NodeDQN, settings: dict, extra_meta: dict | None = None) -> Path:
+    """``model.pt`` (the Q-network's tensors) and ``meta.json``, atomically."""
+    import torch
+
+    meta = {"format": FORMAT, "actions": list(ACTIONS), "gpu_models": list(policy.gpu_models),
+            "n_state": n_state(len(policy.gpu_models)), "settings": settings, **(extra_meta or {})}
+    with atomic_dir(model_dir) as tmp:
+        torch.save([torch.from_numpy(np.ascontiguousarray(w)) for w in policy.weights], tmp / MODEL_FILE)
+        (tmp / META_FILE).write_text(json_text(meta, str))
+    return Path(model_dir)
+
+
+def load_node_dqn(model_dir: str | Path) -> dict[str, Any]:
+    """``{"weights": [numpy arrays], "gpu_models": [...], "meta": {...}}``; ModelFileError if
+    missing, corrupt or not a node DQN."""
+    import torch
+
+    d = Path(model_dir)
+    meta = read_model_meta(d / META_FILE, "the train_dqn stage on a cluster workload")
+    if meta.get("format") != FORMAT or meta.get("actions") != list(ACTIONS):
+        raise ModelFileError(f"{d / META_FILE}: not a node DQN of actions {list(ACTIONS)} (format "
+                             f"{meta.get('format')!r}; retrain with the train_dqn stage)")
+    try:
+        weights = [w.numpy() for w in torch.load(d / MODEL_FILE, map_location="cpu", weights_only=True)]
+    except Exception as e:  # torch raises many types for a damaged file
+        raise ModelFileError(f"{d / MODEL_FILE}: unreadable ({type(e).__name__}: {e})") from None
+    if len(weights) != 8 or weights[0].shape[1] != meta.get("n_state"):
+        raise ModelFileError(f"{d / MODEL_FILE}: tensors do not match n_state {meta.get('n_state')} in {META_FILE}")
+    return {"weights": weights, "gpu_models": meta["gpu_models"], "meta": meta}

@@ -1,4 +1,4 @@
-"""Training, saving and loading the node-cluster DQN (policy: ``kinds/cluster/dqn.py``).
+"""Training the node-cluster DQN (the policy, and saving and loading it: ``kinds/cluster/dqn.py``).
 
 Reuses the shared RL core (``rl/dqn.py``): ``DQNSettings``, the dueling ``QNetwork``,
 ``DQNLearner`` (replay buffer, target network, Huber TD steps) and the linear epsilon
@@ -11,21 +11,13 @@ torch is imported inside the functions.
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from hybridsched.kinds.cluster.trace import PodTable
-from hybridsched.errors import ModelFileError
-from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, run_inputs
 from hybridsched.kinds.cluster.dqn import ACTIONS, NodeDQN, n_state
 from hybridsched.progress import progress
-
-FORMAT = "hybridsched-node-dqn/1"
-MODEL_FILE = "model.pt"
-META_FILE = "meta.json"
 
 
 def train_node_dqn(train: PodTable, cluster: NodeCluster, settings: dict) -> tuple[NodeDQN, dict, list[dict]]:
@@ -86,34 +78,3 @@ def train_node_dqn(train: PodTable, cluster: NodeCluster, settings: dict) -> tup
         "final_train_mean_latency": history[-1]["mean_latency"],
     }
     return trained, metrics, history
-
-
-def save_node_dqn(model_dir: str | Path, policy: NodeDQN, settings: dict, extra_meta: dict | None = None) -> Path:
-    """``model.pt`` (the Q-network's tensors) and ``meta.json``, atomically."""
-    import torch
-
-    meta = {"format": FORMAT, "actions": list(ACTIONS), "gpu_models": list(policy.gpu_models),
-            "n_state": n_state(len(policy.gpu_models)), "settings": settings, **(extra_meta or {})}
-    with atomic_dir(model_dir) as tmp:
-        torch.save([torch.from_numpy(np.ascontiguousarray(w)) for w in policy.weights], tmp / MODEL_FILE)
-        (tmp / META_FILE).write_text(json_text(meta, str))
-    return Path(model_dir)
-
-
-def load_node_dqn(model_dir: str | Path) -> dict[str, Any]:
-    """``{"weights": [numpy arrays], "gpu_models": [...], "meta": {...}}``; ModelFileError if
-    missing, corrupt or not a node DQN."""
-    import torch
-
-    d = Path(model_dir)
-    meta = read_model_meta(d / META_FILE, "the train_dqn stage on a cluster workload")
-    if meta.get("format") != FORMAT or meta.get("actions") != list(ACTIONS):
-        raise ModelFileError(f"{d / META_FILE}: not a node DQN of actions {list(ACTIONS)} (format "
-                             f"{meta.get('format')!r}; retrain with the train_dqn stage)")
-    try:
-        weights = [w.numpy() for w in torch.load(d / MODEL_FILE, map_location="cpu", weights_only=True)]
-    except Exception as e:  # torch raises many types for a damaged file
-        raise ModelFileError(f"{d / MODEL_FILE}: unreadable ({type(e).__name__}: {e})") from None
-    if len(weights) != 8 or weights[0].shape[1] != meta.get("n_state"):
-        raise ModelFileError(f"{d / MODEL_FILE}: tensors do not match n_state {meta.get('n_state')} in {META_FILE}")
-    return {"weights": weights, "gpu_models": meta["gpu_models"], "meta": meta}

@@ -29,8 +29,8 @@ from hybridsched.kinds.cluster import node_index as NI
 from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
 from hybridsched.kinds.cluster.trace import MILLI
 # (time, task) min-heap whose ties pop in task order, as heapq orders the Python loop's tuples
-from hybridsched.kinds.machine.timeline import heap_pop as _heap_pop
-from hybridsched.kinds.machine.timeline import heap_push as _heap_push
+from hybridsched.heap import heap_pop as _heap_pop
+from hybridsched.heap import heap_push as _heap_push
 
 # how an arrival asks the node index (node_index.py) for its node: every feasible node (the
 # kernel chooses), the first, the first from round robin's next node on, or greedy's least
@@ -329,12 +329,10 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
                     active[a] = active[n_active]
                     active_pos[active[a]] = a
                     active_pos[c] = -1
-                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
-                if err:
+                hn = _start(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model, cpu_free,
+                            mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn)
+                if hn < 0:
                     return -1 - i
-                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
-                hn = _heap_push(ht, hi, hn, end[i], i)
         else:
             i = nxt
             nxt += 1
@@ -359,12 +357,10 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
             else:
                 nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, N, cand, stack)
             if nc > 0:
-                err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
-                             cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
-                if err:
+                hn = _start(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model, cpu_free,
+                            mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn)
+                if hn < 0:
                     return -1 - i
-                NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
-                hn = _heap_push(ht, hi, hn, end[i], i)
             else:
                 c = demand[i]
                 _qpush(q, cbase[c], csize[c], i, key)
@@ -377,8 +373,23 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
 
 
 @njit
+def _start(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model, cpu_free,
+           mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn):
+    """Start task ``i`` at ``t`` on the node the choice kernel picks among ``cand[:nc]``: place it,
+    update the node index and push its completion on the (end, id) heap.  Returns the heap's
+    new size, or -1 when the kernel chose an invalid position or GPU."""
+    if _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+              cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
+        return -1
+    NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
+    return _heap_push(ht, hi, hn, end[i], i)
+
+
+@njit
 def _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
            cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
+    """Take the kernel's node and GPUs for task ``i`` and update the state arrays; True when the
+    kernel's choice is invalid."""
     pos, g = choose(i, cand, nc, st, pd)
     if pos < 0 or pos >= nc:
         return True

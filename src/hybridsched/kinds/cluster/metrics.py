@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.kinds.cluster.trace import GPU_SPEC_SEP, MILLI, NodeTable, PodTable
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.cluster.fragmentation import node_fragmentation, task_mix
 
 

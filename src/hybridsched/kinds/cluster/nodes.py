@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.kinds.cluster.trace import GPU_SPEC_SEP, MILLI, NodeTable, PodTable
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.cluster.speeds import SpeedTable, job_type_of
 
 CPU_MODEL = ""  # the "model" of nodes without GPUs

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hybridsched.kinds.cluster.engine import ClusterState
+from hybridsched.kinds.cluster.state import ClusterState
 from hybridsched.kinds.cluster.fragmentation import FragCache, TaskMix, gpu_task_mix, typical_pods
 from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, pod_class
 from hybridsched.kinds.cluster.trace import MILLI, PodTable

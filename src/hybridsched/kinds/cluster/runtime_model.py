@@ -1,6 +1,6 @@
 """Duration predictor for pods of the Alibaba GPU trace (used by the node policy ``hybrid_ml``).
 
-A RandomForest (or XGBoost: ``make_estimator`` of ``runtime_model.py``) predicts the log of
+A RandomForest (or XGBoost: ``make_estimator`` of ``estimators.py``) predicts the log of
 a pod's duration on the reference GPU from what a scheduler sees when the pod is submitted:
 its CPU, memory, GPU count and per-GPU share, QoS class and whether it names GPU models.
 Logs because durations span six decades (4 s .. 145 days).  Scored on a held-out part of the
@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 
 from hybridsched.kinds.cluster.trace import PodTable
-from hybridsched.estimators import save_skops
+from hybridsched.estimators import SKOPS_TRUSTED, make_estimator, r2_score, save_skops
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import atomic_dir, json_text, read_model_meta
-from hybridsched.kinds.machine.runtime_model import SKOPS_TRUSTED, make_estimator, r2_score
 
 QOS_CLASSES = ("LS", "BE", "Burstable", "Guaranteed")
 FEATURE_NAMES: tuple[str, ...] = ("log_cpu_milli", "log1p_memory_mib", "num_gpu", "gpu_share", "gpu_spec_set",

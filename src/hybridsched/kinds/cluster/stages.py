@@ -20,7 +20,7 @@ from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.cluster import workload as W
 from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.trace import NodeTable, PodTable
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.not_applicable import write_placeholders
 
 
@@ -113,7 +113,8 @@ def train_rf(run: Run) -> dict:
 
 def train_dqn(run: Run) -> dict:
     """The node DQN: models/dqn, metrics/train_dqn.json, metrics/plots/train_dqn.csv."""
-    from hybridsched.kinds.cluster.dqn_train import save_node_dqn, train_node_dqn
+    from hybridsched.kinds.cluster.dqn import save_node_dqn
+    from hybridsched.kinds.cluster.dqn_train import train_node_dqn
 
     train, _, nodes = _splits(run)
     settings = run.cfg["nodes"]["dqn"]

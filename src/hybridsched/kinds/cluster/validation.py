@@ -1,5 +1,5 @@
 """Great Expectations suite for the imported pod tables (``data/workload/{train,test}.parquet``
-of a node workload), run through ``hybridsched.kinds.machine.validation`` so the report has the same shape.
+of a node workload), run through ``hybridsched.validation`` so the report has the same shape.
 
 Checks: the pod-table columns exist; ``task_id`` unique; ``arrival`` >= 0 and non-decreasing;
 ``duration`` > 0 and present; ``num_gpu`` a whole number in [0, the largest node's GPU count];
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsched.kinds.cluster.trace import MILLI, NodeTable, PodTable
-from hybridsched.kinds.machine.schema import MIN_TASKS, NOT_EMPTY
+from hybridsched.validation import MIN_TASKS, NOT_EMPTY
 
 QOS_VALUES = ["LS", "BE", "Burstable", "Guaranteed", ""]
 # Said after a failed "no missing values" check: how to get the values.
@@ -24,7 +24,7 @@ def pod_suite(nodes: NodeTable):
     """A ``suite_builder(columns, _)`` for ``validation.validate_files`` with limits from ``nodes``."""
 
     def build(columns: list[str], _max_memory: float) -> list[Any]:
-        from hybridsched.kinds.machine.validation import _gx
+        from hybridsched.validation import _gx
 
         _, gxe = _gx()
 
@@ -66,6 +66,6 @@ def pod_suite(nodes: NodeTable):
 
 def validate_pod_files(paths: dict[str, str | Path], nodes: NodeTable) -> dict[str, Any]:
     """metrics/validation.json content for the pod tables (same shape as the task tables')."""
-    from hybridsched.kinds.machine.validation import validate_files
+    from hybridsched.validation import validate_files
 
     return validate_files(paths, float(nodes.memory_mib.max()), suite_builder=pod_suite(nodes))

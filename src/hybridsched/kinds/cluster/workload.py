@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from hybridsched.kinds.cluster.trace import (
@@ -24,7 +23,7 @@ from hybridsched.kinds.cluster.trace import (
     read_node_list,
     read_pod_trace,
 )
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import WorkloadError
 from hybridsched.io import write_frame
 from hybridsched.kinds.cluster.nodes import CPU_MODEL, NodeCluster, fits_some_node, run_inputs

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.kinds.machine.bounds_lp import LPSettings, lp_lower_bound
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable
 
 

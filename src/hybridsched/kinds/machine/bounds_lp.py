@@ -1,6 +1,6 @@
 """An interval-indexed LP lower bound on total completion time that sees contention.
 
-It relaxes the engine's rules (docs/quality.md has the proof), in the style of Hall,
+It relaxes the engine's rules (docs/notes/quality.md has the proof), in the style of Hall,
 Schulz, Shmoys and Wein's time-indexed relaxation for unrelated machines with release
 dates:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable
 
 TANGENTS = (0.25, 0.5, 0.75, 1.0)  # points where f^2 is linearised from below

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hybridsched.errors import HybridschedError, check_known_keys
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.scorer import N_IN, N_LIN, CEMScorer
 from hybridsched.kinds.machine.scenarios import HELDOUT_SEED, rate_for_load
 from hybridsched.kinds.machine.sim import simulate

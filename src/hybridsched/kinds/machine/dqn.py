@@ -13,9 +13,10 @@ module is the machine's environment side: its action space, its reward and its t
   the task's end minus the decision time and ``energy`` its busy energy.  The two scales are
   the training workload's mean time and energy of each task's fastest placement on an idle
   cluster, so a task that runs as fast as it could alone costs about ``alpha + beta``.
-* **Episodes**: one pass of the simulator over the training workload with fresh run-time
-  noise; the policy acts through the compiled kernel (``policies/dqn.py``) and the learner
-  takes a gradient step every ``train_frequency`` completed transitions.
+* **Episodes** (the training loop: ``dqn_train.py``): one pass of the simulator over the
+  training workload with fresh run-time noise; the policy acts through the compiled kernel
+  (``policies/dqn.py``) and the learner takes a gradient step every ``train_frequency``
+  completed transitions.
 
 This module imports torch at the top; everything else imports it lazily.
 """
@@ -23,8 +24,6 @@ This module imports torch at the top; everything else imports it lazily.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,11 +32,8 @@ import torch
 
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import read_model_meta
-from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.dqn_state import DEFAULT_FRACTIONS, StateSpec
-from hybridsched.kinds.machine.workload import TaskTable
-from hybridsched.rl.dqn import DQNLearner, DQNSettings as CoreSettings, QNetwork, linear_schedule
-from hybridsched.progress import progress
+from hybridsched.rl.dqn import DQNLearner, DQNSettings as CoreSettings, QNetwork
 
 MODEL_FILE = "model.pt"
 META_FILE = "meta.json"
@@ -71,46 +67,6 @@ class TrainResult:
     settings: DQNSettings
     history: list[dict[str, float]]
     wall_s: float
-
-
-def train(tasks: TaskTable, cluster: Cluster, settings: DQNSettings,
-          on_episode: Callable[[dict[str, float]], None] | None = None) -> TrainResult:
-    """Train in the simulator for ``settings.episodes`` passes over ``tasks``."""
-    from hybridsched.kinds.machine.policies.dqn import DQNPolicy
-    from hybridsched.kinds.machine.engine import simulate, task_matrix
-
-    start = time.perf_counter()
-    noise_rng, act_rng, replay_rng = np.random.default_rng(settings.seed).spawn(3)
-    spec = StateSpec.fit(task_matrix(tasks, cluster), cluster, settings.fractions)
-    learner = DQNLearner(spec.n_state, spec.n_actions, settings, replay_rng)
-    decay = settings.exploration_fraction * settings.episodes * len(tasks)
-
-    def epsilon_at(step: int) -> float:
-        return linear_schedule(settings.start_e, settings.end_e, decay, step)
-
-    policy = DQNPolicy.for_training(learner, spec, settings, epsilon_at, act_rng, settings.observe_every)
-    history: list[dict[str, float]] = []
-    for episode in progress(range(1, settings.episodes + 1), desc="train_dqn", unit="episode"):
-        n_losses = len(learner.losses)
-        epsilon = epsilon_at((episode - 1) * len(tasks))
-        trace = simulate(tasks, cluster, policy, cluster.sample_noise(len(tasks), noise_rng))
-        policy.finish_run(trace)
-        losses = learner.losses[n_losses:]
-        row = {
-            "episode": episode,
-            "mean_reward": policy.reward_sum / max(policy.n_rewards, 1),
-            "loss": float(np.mean(losses)) if losses else float("nan"),
-            "epsilon": float(epsilon),
-            "mean_latency": float(np.mean(trace.end - trace.arrival)),
-            "makespan": float(np.max(trace.end) - trace.arrival[0]),
-            "energy_j": float(trace.energy_j.sum()),
-            "grad_steps": learner.grad_steps,
-            "wall_s": time.perf_counter() - start,
-        }
-        history.append(row)
-        if on_episode:
-            on_episode(row)
-    return TrainResult(learner, spec, settings, history, time.perf_counter() - start)
 
 
 # --- saving and loading ----------------------------------------------------------------------

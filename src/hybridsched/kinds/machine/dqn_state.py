@@ -33,7 +33,7 @@ from numba import njit
 
 from hybridsched.rl.qnet import dueling_q_t_into, pack_transposed, transposed_size
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, INTENSITY, MAX_F, MEMORY, SIZE
 
 # Header slots of ``params``.

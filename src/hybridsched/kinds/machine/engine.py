@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from hybridsched.kinds.machine.devices import Cluster, Realization
-from hybridsched.kinds.machine.timeline import heap_pop, heap_push
+from hybridsched.devices import Cluster, Realization
+from hybridsched.heap import heap_pop, heap_push
 from hybridsched.kinds.machine.workload import TaskTable
 
 # Columns of the task matrix X that kernels read.

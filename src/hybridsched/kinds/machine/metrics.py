@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 
 TRACE_COLUMNS = ("task_id", "policy", "arrival", "ready", "gpu", "fraction", "cpu_start", "cpu_end",
                  "gpu_start", "gpu_end", "gpu_mem_mb", "end", "wait", "energy_j")

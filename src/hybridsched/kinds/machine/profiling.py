@@ -5,7 +5,7 @@ on a CUDA or Apple MPS GPU: warm-up runs first, the GPU is synchronised before e
 clock stop, every timed sample repeats the product enough times to last
 ``min_sample_s``, outlying samples are dropped (median absolute deviation) and the
 median of the rest is kept.  ``fit_device_constants`` turns the timings into the
-``cpu_gflops`` and ``gpu_max_speedup`` of :class:`hybridsched.kinds.machine.devices.Cluster`.
+``cpu_gflops`` and ``gpu_max_speedup`` of :class:`hybridsched.devices.Cluster`.
 
 Without a GPU the GPU side is not invented: ``gpu_max_speedup`` is the configured
 ``reference_gpu_speedup`` and the result says ``gpu_measured: false``.

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster
-from hybridsched.estimators import save_skops
+from hybridsched.devices import Cluster
+from hybridsched.estimators import SKOPS_TRUSTED, make_estimator, r2_score, save_skops
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.io import atomic_dir, json_text, read_model_meta
 from hybridsched.kinds.machine.features import FEATURE_NAMES, task_features
@@ -45,8 +45,6 @@ META_FILE = "meta.json"
 FORMAT_VERSION = 1
 # estimator kind -> file name of the saved estimator
 MODEL_FILES: dict[str, str] = {"random_forest": "model.skops", "xgboost": "model.ubj"}
-# The only non-builtin type a fitted RandomForestRegressor stores (skops lists the rest as safe).
-SKOPS_TRUSTED: list[str] = ["sklearn.tree._tree.Tree"]
 
 
 @dataclass
@@ -124,20 +122,6 @@ def runtime_labels(X: np.ndarray, cluster: Cluster, rng: np.random.Generator) ->
     return np.column_stack([np.log(X[:, CPU_S] * noise.cpu_factor), np.log(X[:, GPU_S] * noise.gpu_factor)])
 
 
-def make_estimator(kind: str, params: dict, seed: int) -> Any:
-    """An unfitted multi-output regressor of ``kind`` (``random_forest`` or ``xgboost``)."""
-    params = dict(params or {})
-    if kind == "random_forest":
-        from sklearn.ensemble import RandomForestRegressor
-
-        return RandomForestRegressor(random_state=seed, **params)
-    if kind == "xgboost":
-        from xgboost import XGBRegressor
-
-        return XGBRegressor(random_state=seed, tree_method="hist", **params)
-    raise HybridschedError(f"rf.model: unknown estimator {kind!r}; known: {sorted(MODEL_FILES)}")
-
-
 def fit_model(kind: str, F: np.ndarray, y: np.ndarray, params: dict, seed: int = 0,
               config: dict | None = None) -> RuntimeModel:
     """Fit a :class:`RuntimeModel` of ``kind`` on features ``F`` and log-time targets ``y``."""
@@ -147,16 +131,6 @@ def fit_model(kind: str, F: np.ndarray, y: np.ndarray, params: dict, seed: int =
     except TypeError as e:  # an unknown hyper-parameter name
         raise HybridschedError(f"rf.{kind}: bad parameter ({e})") from None
     return RuntimeModel(kind, est, FEATURE_NAMES, TARGETS, dict(config or {}))
-
-
-def r2_score(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Coefficient of determination per column; NaN for a constant column (undefined there:
-    dividing by a zero variance made R² = -10.6 out of rounding noise)."""
-    ss_res = ((y - pred) ** 2).sum(axis=0)
-    ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-    # np.ptp, not ss_tot: the mean of equal floats can differ from them in the last bit
-    varies = (np.ptp(y, axis=0) > 0) & (ss_tot > 0) if len(y) else np.zeros(y.shape[1], dtype=bool)
-    return np.where(varies, 1.0 - ss_res / np.where(varies, ss_tot, 1.0), np.nan)
 
 
 def _mean_or_none(v: np.ndarray) -> float | None:

@@ -22,12 +22,12 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate, spec_from_config
 
-# The documented range of held-out workloads (docs/quality.md). Pairs are uniform ranges;
+# The documented range of held-out workloads (docs/notes/quality.md). Pairs are uniform ranges;
 # "log" ranges are log-uniform.
 HELDOUT_RANGES: dict[str, Any] = {
     "load": (0.4, 0.95),             # offered load; the rate follows from the drawn task mix

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hybridsched.validation import MIN_TASKS, NOT_EMPTY  # noqa: F401  (every kind's table rule)
+
 # Stands for the largest device memory, which is known only when a file is checked.
 MAX_MEMORY = "max_memory_mb"
 FLOAT_MAX = sys.float_info.max
-MIN_TASKS = 1
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,6 @@ OPTIONAL_COLUMNS: tuple[str, ...] = tuple(r.name for r in TASK_SCHEMA if not r.r
 UNIQUE = ("task_id", "'task_id' is unique")
 SORTED = ("arrival", "'arrival' is non-decreasing (rows sorted by arrival)")
 DEPS_EARLIER = ("deps", "every id in 'deps' is the task_id of an earlier row")
-NOT_EMPTY = f"at least {MIN_TASKS} task"
 
 
 def type_label(rule: ColumnRule) -> str:

@@ -17,7 +17,7 @@ from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
-from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
+from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
 from hybridsched.progress import progress
 
@@ -144,7 +144,8 @@ def train_rf(run: Run) -> dict:
 def train_dqn(run: Run) -> dict:
     """Train the dueling DQN in the simulator on the training workload; ``dqn.model_dir``,
     metrics/train_dqn.json and the per-episode curve metrics/plots/train_dqn.csv."""
-    from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train  # torch
+    from hybridsched.kinds.machine.dqn import DQNSettings, save_model  # torch
+    from hybridsched.kinds.machine.dqn_train import train
 
     settings = DQNSettings.from_dict(run.cfg["dqn"])
     cluster = _cluster(run)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from hybridsched.errors import HybridschedError, check_known_keys
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.engine import Trace, simulate
 from hybridsched.kinds.machine.metrics import finish_summary
 from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     from omegaconf import OmegaConf
 
     from hybridsched.kinds.base import instantiate
-    from hybridsched.kinds.machine.devices import cluster_from_config
+    from hybridsched.devices import cluster_from_config
     from hybridsched.kinds.machine.workload import spec_from_config
 
     with initialize_config_dir(config_dir=str(args.config_dir.resolve()), version_base=None):

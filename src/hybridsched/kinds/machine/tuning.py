@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.sim import simulate, task_matrix
@@ -189,7 +189,8 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
         pol_cfg = {k: v for k, v in cfg["policies"]["machine"]["hybrid_ml"].items() if k not in ("_target_", "model_dir")}
         policy = HybridML(model=model, **pol_cfg)
     else:
-        from hybridsched.kinds.machine.dqn import DQNSettings, save_model, train
+        from hybridsched.kinds.machine.dqn import DQNSettings, save_model
+        from hybridsched.kinds.machine.dqn_train import train
         from hybridsched.kinds.machine.policies.dqn import DQNPolicy
 
         settings = DQNSettings.from_dict({**cfg["dqn"], "episodes": dqn_episodes, "seed": seed})

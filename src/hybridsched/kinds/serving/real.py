@@ -233,13 +233,13 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     from hybridsched.io import write_frame, write_text
     from hybridsched.kinds.serving.latency import load_latency, table_source
     from hybridsched.kinds.serving.metrics import check_trace
-    from hybridsched.kinds.serving.stages import _pred_table, settings_of
+    from hybridsched.kinds.serving.settings import pred_table, settings_of
 
     rc = dict(run.cfg["serving"].get("real") or {})
     s = settings_of(run)
     s = replace(s, lanes=int(rc.get("lanes", s.lanes)))
     lat, _ = load_latency(s)
-    pred, pred_source = _pred_table(run, s, lat)
+    pred, pred_source = pred_table(run, s, lat)
     reqs = real_stream(run.cfg["workload"], s, rc, lat[:, 1])
     E.check_inputs(reqs, s, lat, pred)
     names = list(rc.get("policies") or ["fifo"])

@@ -3,16 +3,25 @@
 Read from the ``serving`` block of conf/kinds/serving.yaml.  A *variant* is one
 (model, backend, precision); a *group* is a variant in one SLO class: only requests of one
 group may share a micro-batch.
+
+:func:`settings_of` reads them from a run's config, :func:`pred_table` the scheduler's latency
+model; the stages and the real-serving run (``real.py``) both use these, so they live here,
+below both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hybridsched.errors import HybridschedError, check_known_keys
+from hybridsched.kinds.base import Run
+
+# blocks of the ``serving`` config that are not machine settings
+SUB_BLOCKS = ("profile", "predictor", "dqn", "tune", "real", "load_sweep")
 
 
 @dataclass(frozen=True)
@@ -115,3 +124,28 @@ class ServingSettings:
         cost = np.array(list(self.models.values()))[variant // (len(self.backends) * len(self.precisions))]
         fp16 = np.array([p == "fp16" for p in self.precisions])[variant % len(self.precisions)]
         return (cost + self.tokens_per_sample * np.asarray(batch)) * np.where(fp16, self.fp16_token_factor, 1.0)
+
+
+def settings_of(run: Run) -> ServingSettings:
+    """The machine settings of the ``serving`` block."""
+    return ServingSettings.from_dict({k: v for k, v in run.cfg["serving"].items() if k not in SUB_BLOCKS})
+
+
+def config_block(run: Run, name: str) -> dict[str, Any]:
+    """The ``serving.<name>`` sub-block of the config ({} where absent)."""
+    return dict(run.cfg["serving"].get(name) or {})
+
+
+def pred_table(run: Run, s: ServingSettings, lat: np.ndarray) -> tuple[np.ndarray, str]:
+    """The scheduler's latency model: the learned predictor's table, or the profile table."""
+    p = config_block(run, "predictor")
+    if p.get("use", "learned") == "table":
+        return lat, "latency table"
+    path = Path(p.get("model_dir", "models/rf")) / "pred_latency.npy"
+    try:
+        pred = np.load(path)
+    except FileNotFoundError:
+        raise HybridschedError(f"{path}: not found (run train_rf, or set serving.predictor.use=table)") from None
+    if pred.shape != lat.shape:
+        raise HybridschedError(f"{path}: shape {pred.shape} does not match the settings {lat.shape} (rerun train_rf)")
+    return pred, "learned predictor"

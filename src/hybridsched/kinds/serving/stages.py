@@ -17,23 +17,13 @@ import pandas as pd
 from hybridsched.errors import DataValidationError, HybridschedError
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
-from hybridsched.kinds.serving.settings import ServingSettings
+from hybridsched.kinds.serving.settings import ServingSettings, settings_of
+from hybridsched.kinds.serving.settings import config_block as _block, pred_table as _pred_table
 from hybridsched.evaluation import compare, write_report
 
 BASELINE = "fifo"  # the speed-up columns are over this policy
 
-# blocks of the ``serving`` config that are not machine settings
-SUB_BLOCKS = ("profile", "predictor", "dqn", "tune", "real", "load_sweep")
 SPLITS = ("train", "test")
-
-
-def settings_of(run: Run) -> ServingSettings:
-    """The machine settings of the ``serving`` block."""
-    return ServingSettings.from_dict({k: v for k, v in run.cfg["serving"].items() if k not in SUB_BLOCKS})
-
-
-def _block(run: Run, name: str) -> dict[str, Any]:
-    return dict(run.cfg["serving"].get(name) or {})
 
 
 def _tables(run: Run, s: ServingSettings) -> tuple[np.ndarray, pd.DataFrame]:
@@ -55,21 +45,6 @@ def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
         reqs = read_requests(run.workload_dir / f"{split}.parquet", s)
     dense_latency(read_table(s), s, np.unique(reqs.variant), str(table_source(s)))  # coverage check
     return reqs
-
-
-def _pred_table(run: Run, s: ServingSettings, lat: np.ndarray) -> tuple[np.ndarray, str]:
-    """The scheduler's latency model: the learned predictor's table, or the profile table."""
-    p = _block(run, "predictor")
-    if p.get("use", "learned") == "table":
-        return lat, "latency table"
-    path = Path(p.get("model_dir", "models/rf")) / "pred_latency.npy"
-    try:
-        pred = np.load(path)
-    except FileNotFoundError:
-        raise HybridschedError(f"{path}: not found (run train_rf, or set serving.predictor.use=table)") from None
-    if pred.shape != lat.shape:
-        raise HybridschedError(f"{path}: shape {pred.shape} does not match the settings {lat.shape} (rerun train_rf)")
-    return pred, "learned predictor"
 
 
 # ---- stages -----------------------------------------------------------------------------------
@@ -132,7 +107,7 @@ def generate(run: Run) -> dict[str, Any]:
 
 def validate(run: Run) -> dict[str, Any]:
     """Great Expectations on both splits; metrics/validation.json; DataValidationError on failure."""
-    from hybridsched.kinds.machine.validation import failure_summary
+    from hybridsched.validation import failure_summary
     from hybridsched.kinds.serving.validation import validate_requests
 
     report = validate_requests({sp: run.workload_dir / f"{sp}.parquet" for sp in SPLITS}, settings_of(run))
@@ -217,7 +192,7 @@ def tune(run: Run) -> dict[str, Any]:
     train = _requests(run, s, "train", lat).frame
     res = run_study(train, s, lat, pred, run.cfg["policies"]["serving"]["dynamic"], cfg)
     study = res.pop("study")
-    write_text(run.path("best_params"), f"# Written by the tune stage (serving); read when use_tuned=true.\n"
+    write_text(run.path("best_params"), "# Written by the tune stage (serving); read when use_tuned=true.\n"
                + yaml.safe_dump(res["tuned_config"], sort_keys=True))
     with atomic_dir(cfg.get("dir", "models/tune")) as tmp:
         write_frame(tmp / "trials.csv", study.trials_dataframe())

@@ -1,5 +1,5 @@
-"""The Great Expectations suite for request files; run through the machine kind's GX runner
-(``kinds.machine.validation.validate_files`` with this suite builder)."""
+"""The Great Expectations suite for request files; run through the shared GX runner
+(``hybridsched.validation.validate_files`` with this suite builder)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hybridsched.kinds.machine.validation import NUMERIC_TYPES, _gx, validate_files
+from hybridsched.validation import NUMERIC_TYPES, _gx, validate_files
 from hybridsched.kinds.serving.settings import ServingSettings
 from hybridsched.kinds.serving.workload import COLUMNS
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable
 
 _EMPTY2 = np.zeros((0, 0))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.kinds.machine.dqn_state import ACTION, FEAT, FRAC, ORDER, RAND_A, SEQ, TIME, StateSpec, U, dqn_decide
 from hybridsched.kinds.machine.outcomes import OutcomeClock
@@ -57,7 +57,7 @@ class DQNPolicy(Policy):
     @classmethod
     def for_training(cls, learner, spec: StateSpec, settings, epsilon_at: Callable[[int], float],
                      rng: np.random.Generator, update_every: int) -> DQNPolicy:
-        """The acting side of ``kinds.machine.dqn.train``: explores by ``epsilon_at(decisions so far)``
+        """The acting side of ``kinds.machine.dqn_train.train``: explores by ``epsilon_at(decisions so far)``
         and feeds ``learner``, which persists across runs (episodes)."""
         p = cls(epsilon=0.0, online=True, update_every=update_every)
         p._training = True

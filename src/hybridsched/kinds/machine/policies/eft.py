@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hybridsched.kinds.machine.devices import Realization
+from hybridsched.devices import Realization
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F
