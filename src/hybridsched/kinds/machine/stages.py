@@ -56,8 +56,8 @@ def check_config(run: Run) -> None:
             spec_from_config(w, split)
     DQNSettings.from_dict(run.cfg["dqn"])
     TuneSettings.from_dict(run.cfg["tune"])
-    for spec in run.policy_specs().values():
-        instantiate(spec)
+    for name, spec in run.policy_specs().items():
+        check_dispatch(run.cfg["sim"], name, instantiate(spec))
     check_seed(CEMSettings.from_dict(run.cfg["cem"]).seed)
     MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
 
@@ -243,6 +243,8 @@ def simulate(run: Run) -> pd.DataFrame:
     cluster = _cluster(run)
     tasks = _tasks(run, "test", cluster)
     policies = run.build_policies()
+    for name, policy in policies.items():
+        check_dispatch(run.cfg["sim"], name, policy)
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
     bound = asdict(lower_bound(tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])))
     print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "
@@ -258,6 +260,17 @@ def simulate(run: Run) -> pd.DataFrame:
     table = _table(traces, cluster, bound, tasks)
     run.track("simulate", {"lower_bound": bound, **table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"]["name"])
+
+
+def check_dispatch(sim: dict, name: str, policy) -> None:
+    """One line when a policy of ``sim.policies`` does not dispatch in ``sim.dispatch``'s mode."""
+    mode = sim.get("dispatch", "arrival")
+    if mode not in ("arrival", "late"):
+        raise HybridschedError(f"sim.dispatch must be 'arrival' or 'late', got {mode!r}")
+    own = getattr(policy, "dispatch", "arrival")
+    if own != mode:
+        raise HybridschedError(f"sim.dispatch={mode}: policy {name!r} dispatches {own}; "
+                               f"list only {mode}-mode policies in sim.policies.machine (docs/machine.md)")
 
 
 def lp_settings(sim: dict):  # -> LPSettings | None
