@@ -3,7 +3,8 @@
 Per scenario (default, shifted, bursty, dag, rate 8 and the held-out draws of
 ``scenarios.heldout_workloads``): the LP bound, every arrival-mode heuristic and every
 late-mode heuristic with the weights in their YAMLs (tuned on the default workload's
-training split), and the learned ``cem`` (arrival, ``--cem-model``) and ``cem_late`` (late,
+training split; ``eft_late_plain`` is ``eft_late`` untuned, all weights 0, as ``eft`` is to
+eft_rank), and the learned ``cem`` (arrival, ``--cem-model``) and ``cem_late`` (late,
 ``--cem-late-model``) unchanged on every scenario.  Same tasks and noise as
 ``benchmarks.quality_eval`` (test split, noise seed ``sim.seed``; held-out draw k: tasks and
 noise from seed k).
@@ -41,13 +42,15 @@ from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
 ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda")
-LATE = ("spt_late", "wspt_late", "eft_late", "heft_late")
+LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain")
 
 
 def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str) -> dict[str, Any]:
     """Name -> factory; the learned ones only where their model file exists."""
     specs = cfg["policies"]["machine"]
-    out = {n: (lambda n=n: instantiate(specs[n])) for n in (*ARRIVAL, *LATE)}
+    out = {n: (lambda n=n: instantiate(specs[n])) for n in (*ARRIVAL, *LATE) if n in specs}
+    # the untuned late list scheduler by earliest finish: late mode's counterpart of plain eft
+    out["eft_late_plain"] = lambda: instantiate({"_target_": specs["eft_late"]["_target_"]})
     if (Path(cem_model) / "model.json").is_file():
         out["cem"] = lambda: instantiate({**specs["cem"], "model_dir": cem_model})
     if (Path(cem_late_model) / "model.json").is_file() and "cem_late" in specs:
@@ -104,7 +107,15 @@ def summary(frames: list[pd.DataFrame]) -> str:
         best = m.min()
         row["best policy × LP"] = f"{best / b:.2f} ({m.idxmin()})"
         rows.append(row)
-    return pd.DataFrame(rows).to_markdown(index=False) + "\n"
+    return markdown(pd.DataFrame(rows))
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A plain markdown table (no tabulate: its version check fails in some environments)."""
+    fmt = [lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)]
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(fmt[0](v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
 
 
 def tune_late(trials: int, out: Path) -> dict[str, Any]:

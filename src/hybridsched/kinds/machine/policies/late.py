@@ -28,7 +28,7 @@ both are idle; the GPU part of a CPU-started split goes to that GPU, with priori
 | ``spt_late``  | shortest predicted processing time first (``w_alone = 1``) |
 | ``wspt_late`` | the same divided by the weight (priority, and dependants through ``kappa``) |
 | ``eft_late``  | earliest finish among waiting tasks x idle devices (``w_fin = 1``) |
-| ``heft_late`` | HEFT's upward rank, largest first (``w_rank = 1``), ties by finish |
+| ``heft_late`` | HEFT's upward rank, largest first (``w_rank = 1``), minus ``w_fin`` x finish |
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class EFTLate(LateList):
 
 
 class HEFTLate(LateList):
-    """HEFT's order: largest upward rank first (``w_rank``), then earliest finish (``w_fin``)."""
+    """HEFT's order: largest upward rank first (``w_rank``), traded against the believed finish (``w_fin``)."""
 
     name = "heft_late"
 
