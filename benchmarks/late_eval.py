@@ -12,6 +12,7 @@ noise from seed k).
     python -m benchmarks.late_eval --out /tmp/late --lp-rho 1             # ~25 min on a loaded 2-core box (LP)
     python -m benchmarks.late_eval --out /tmp/late --no-lp --heldout 0 --workloads default
     python -m benchmarks.late_eval --tune 20 --out /tmp/late_tune      # tune the late heuristics (default train split)
+    python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
 
 The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
 and grid give the same bound), so re-running with another model only simulates.  Writes
@@ -138,6 +139,30 @@ def tune_late(trials: int, out: Path) -> dict[str, Any]:
     return tuned
 
 
+def validate_models(dirs: list[str]) -> dict[str, Any]:
+    """cem_late models on the validation stream's draws of ``cem.machine`` (``[cem.seed, 2, 0]``:
+    never training, selection or evaluation), as mean latency / untuned eft_late's per draw."""
+    from hybridsched.kinds.machine.cem_train import _VALID_STREAM, MachineCEMSettings, draw_set
+    from hybridsched.kinds.machine.policies.late import EFTLate
+    from hybridsched.kinds.machine.policies.late_scorer import CEMLate
+
+    cfg = compose([])
+    cluster = cluster_from_config(cfg["cluster"])
+    s = MachineCEMSettings.from_dict(cfg["cem"]["machine"])
+    draws = draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster, s.validation_scenarios)
+    ratios: dict[str, list[float]] = {d: [] for d in dirs}
+    for _, tasks, real in draws:
+        tr = simulate(tasks, cluster, EFTLate(), real)
+        ref = float(np.mean(tr.end - tr.arrival))
+        for d in dirs:
+            tr = simulate(tasks, cluster, CEMLate(model_dir=d), real)
+            ratios[d].append(float(np.mean(tr.end - tr.arrival)) / ref)
+    out = {d: {"mean": float(np.mean(r)), "per_draw": np.round(r, 3).tolist()} for d, r in ratios.items()}
+    for d, r in out.items():
+        print(f"{d}: {r['mean']:.4f} {r['per_draw']}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -148,12 +173,17 @@ def main() -> None:
     ap.add_argument("--cem-model", default="models/cem")
     ap.add_argument("--cem-late-model", default="models/cem_late")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS", help="only tune the late heuristics")
+    ap.add_argument("--validate", default=None, metavar="DIRS",
+                    help="only score these cem_late model dirs (comma-separated) on the validation draws")
     ap.add_argument("--out", default="metrics/late")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tune:
         tune_late(args.tune, out)
+        return
+    if args.validate:
+        write_json(out / "validate_late.json", validate_models(args.validate.split(",")))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     frames = []
