@@ -161,8 +161,9 @@ def test_sim_dispatch_must_match_every_simulated_policy():
 
 
 def test_a_late_heuristic_is_a_tune_target(tmp_path):
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 

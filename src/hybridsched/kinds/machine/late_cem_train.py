@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, check_seed, draw_set
+from hybridsched.kinds.machine.cem_train import (
+    _SELECT_STREAM,
+    _TRAIN_STREAM,
+    _VALID_STREAM,
+    MachineCEMSettings,
+    check_seed,
+    draw_set,
+)
 from hybridsched.kinds.machine.devices import Cluster
 from hybridsched.kinds.machine.policies.late_scorer import N_IN, N_LIN, CEMLate
 from hybridsched.kinds.machine.sim import simulate

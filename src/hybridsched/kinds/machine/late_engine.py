@@ -110,8 +110,7 @@ def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w
                 done += 1
                 for q in range(child_ptr[i], child_ptr[i + 1]):
                     c = child_idx[q]
-                    if e > ready[c]:
-                        ready[c] = e
+                    ready[c] = max(ready[c], e)
                     pending[c] -= 1
                     if pending[c] == 0:
                         rn = heap_push(rh_t, rh_i, rn, ready[c], c)

@@ -32,8 +32,25 @@ from numba import njit
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S
 from hybridsched.kinds.machine.policies.late import (
-    _AGING, _ALONE, _B_CPU, _B_GPU, _BACKLOG, _LAUNCH, _N_PARAMS, _RANK, _W_ALONE, _W_FIN, _W_RANK, _WEIGHT, _WORK,
-    N_PDATA, LateList, least_free_gpu, load_scale, split_of, start_device, task_data)
+    _AGING,
+    _ALONE,
+    _BACKLOG,
+    _LAUNCH,
+    _N_PARAMS,
+    _RANK,
+    _W_ALONE,
+    _W_FIN,
+    _W_RANK,
+    _WEIGHT,
+    _WORK,
+    N_PDATA,
+    LateList,
+    least_free_gpu,
+    load_scale,
+    split_of,
+    start_device,
+    task_data,
+)
 
 MODEL_FILE = "model.json"
 LINEAR = ("finish", "alone", "wait", "cpu_time", "gpu_time", "on_cpu", "split", "rank", "children", "queue",
