@@ -54,6 +54,8 @@ class MachineCEMSettings:
     burst_period_s: float = 300.0
     dag_share: float = 0.25             # share of scenarios whose tasks form DAG jobs
     dag_job_size: tuple[int, int] = (5, 20)
+    dispatch: str = "arrival"           # late: train cem_late (late_cem_train.py) instead of cem
+    late_base: str = "eft_late"         # the late heuristic cem_late starts from
 
     def __post_init__(self) -> None:
         checks = [("scenarios", self.scenarios >= 1), ("tasks", self.tasks >= 2),
@@ -69,6 +71,7 @@ class MachineCEMSettings:
                    ("burst_amplitude", self.burst_amplitude[1] < 1), ("memory_low_mb_log", self.memory_low_mb_log[0] > 0),
                    ("memory_ratio_log", self.memory_ratio_log[0] >= 1), ("size_high_log", self.size_high_log[0] >= 1),
                    ("dag_job_size", self.dag_job_size[0] >= 2)]
+        checks.append(("dispatch", self.dispatch in ("arrival", "late")))
         for name, ok in checks:
             if not ok:
                 v = getattr(self, name)
@@ -84,7 +87,10 @@ class MachineCEMSettings:
             raise HybridschedError(f"cem.machine: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if self.dispatch == "arrival":  # the cem model's record stays byte-identical to before late dispatch
+            del d["dispatch"], d["late_base"]
+        return d
 
 
 def n_theta(settings: MachineCEMSettings) -> int:

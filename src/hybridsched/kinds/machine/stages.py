@@ -56,8 +56,8 @@ def check_config(run: Run) -> None:
             spec_from_config(w, split)
     DQNSettings.from_dict(run.cfg["dqn"])
     TuneSettings.from_dict(run.cfg["tune"])
-    for spec in run.policy_specs().values():
-        instantiate(spec)
+    for name, spec in run.policy_specs().items():
+        check_dispatch(run.cfg["sim"], name, instantiate(spec))
     check_seed(CEMSettings.from_dict(run.cfg["cem"]).seed)
     MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
 
@@ -186,11 +186,26 @@ def train_cem(run: Run) -> dict:
 
     search = CEMSettings.from_dict(run.cfg["cem"])
     settings = MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
-    base0 = base_from_eft_rank(run.cfg["policies"]["machine"]["eft_rank"])
-    result, valid, selection = train_scorer(base0, search, settings, _cluster(run))
-    model = {**model_from_theta(result.theta, base0, settings), "linear_terms": list(LINEAR),
-             "hidden_inputs": list(HIDDEN_INPUTS), "start": "eft_rank", "start_weights": base0,
-             "theta": result.theta.tolist(), "search": search.to_dict(), "machine": settings.to_dict()}
+    if settings.dispatch == "late":  # the late dispatcher cem_late (late_cem_train.py)
+        from hybridsched.kinds.machine import late_cem_train as late
+        from hybridsched.kinds.machine.policies import late_scorer
+
+        specs = run.cfg["policies"]["machine"]
+        if settings.late_base not in specs:
+            raise HybridschedError(f"cem.machine.late_base: unknown machine policy {settings.late_base!r}")
+        start = settings.late_base
+        base0 = late_scorer.base_from_spec(specs[start])
+        result, valid, selection = late.train_late_scorer(base0, search, settings, _cluster(run))
+        model = {**late.model_from_theta(result.theta, base0, settings), "linear_terms": list(late_scorer.LINEAR),
+                 "hidden_inputs": list(late_scorer.HIDDEN_INPUTS)}
+    else:
+        start = "eft_rank"
+        base0 = base_from_eft_rank(run.cfg["policies"]["machine"]["eft_rank"])
+        result, valid, selection = train_scorer(base0, search, settings, _cluster(run))
+        model = {**model_from_theta(result.theta, base0, settings), "linear_terms": list(LINEAR),
+                 "hidden_inputs": list(HIDDEN_INPUTS)}
+    model = {**model, "start": start, "start_weights": base0, "theta": result.theta.tolist(),
+             "search": search.to_dict(), "machine": settings.to_dict()}
     with atomic_dir(run.cfg["cem"]["model_dir"]) as tmp:
         write_json(tmp / MODEL_FILE, model)
     curve = pd.DataFrame(result.history)
@@ -204,10 +219,10 @@ def train_cem(run: Run) -> dict:
     write_frame(run.metrics_dir / "plots" / "train_cem.csv", curve.drop(columns=list(TIMING_KEYS & set(curve))).round(6))
     run.track("train_cem", metrics, [run.metrics_dir / "train_cem.json", run.metrics_dir / "plots" / "train_cem.csv",
                                      Path(run.cfg["cem"]["model_dir"]) / MODEL_FILE])
-    v = f"; validation cost {valid['cem']:.3f} (eft_rank 1.000)" if valid else ""
+    v = f"; validation cost {valid.get('cem', valid.get('cem_late')):.3f} ({start} 1.000)" if valid else ""
     print(f"train_cem: {search.generations} generations x {search.population} on {settings.scenarios} workloads "
           f"of {settings.tasks} tasks in {result.wall_s:.1f} s; mean cost {first['mean_cost']:.3f} -> "
-          f"{last['mean_cost']:.3f} (latency / eft_rank's){v}")
+          f"{last['mean_cost']:.3f} (latency / {start}'s){v}")
     return metrics
 
 
@@ -244,6 +259,8 @@ def simulate(run: Run) -> pd.DataFrame:
     cluster = _cluster(run)
     tasks = _tasks(run, "test", cluster)
     policies = run.build_policies()
+    for name, policy in policies.items():
+        check_dispatch(run.cfg["sim"], name, policy)
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
     bound = asdict(lower_bound(tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])))
     print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "
@@ -259,6 +276,17 @@ def simulate(run: Run) -> pd.DataFrame:
     table = _table(traces, cluster, bound, tasks)
     run.track("simulate", {"lower_bound": bound, **table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"]["name"])
+
+
+def check_dispatch(sim: dict, name: str, policy) -> None:
+    """One line when a policy of ``sim.policies`` does not dispatch in ``sim.dispatch``'s mode."""
+    mode = sim.get("dispatch", "arrival")
+    if mode not in ("arrival", "late"):
+        raise HybridschedError(f"sim.dispatch must be 'arrival' or 'late', got {mode!r}")
+    own = getattr(policy, "dispatch", "arrival")
+    if own != mode:
+        raise HybridschedError(f"sim.dispatch={mode}: policy {name!r} dispatches {own}; "
+                               f"list only {mode}-mode policies in sim.policies.machine (docs/machine.md)")
 
 
 def lp_settings(sim: dict):  # -> LPSettings | None

@@ -1,0 +1,193 @@
+"""The late-dispatch engine (sim.dispatch: late): invariants on random small workloads
+(hypothesis), the compiled loop against the plain-Python reference, the LP bound below every
+late policy, and the split rule on a hand-made case."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from hybridsched.kinds.machine.bounds import lower_bound
+from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.kinds.machine.late_engine import simulate_late
+from hybridsched.kinds.machine.metrics import check_trace
+from hybridsched.kinds.machine.policies.base import Policy
+from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate, LateList, SPTLate, WSPTLate
+from hybridsched.kinds.machine.sim import simulate
+from hybridsched.kinds.machine.workload import TaskTable
+from tests.conftest import small_workload
+from tests.machine.sim_helpers import parents_of
+
+cases = st.fixed_dictionaries({
+    "n": st.integers(1, 40),
+    "n_gpus": st.integers(1, 3),
+    "sigma": st.sampled_from([0.0, 0.3]),
+    "dag": st.sampled_from([0, 4, 9]),
+    "rate": st.floats(0.2, 30.0),
+    "mem_hi": st.sampled_from([4000.0, 20000.0]),
+    "priorities": st.sampled_from([1, 3]),
+    "seed": st.integers(0, 10_000),
+})
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def late_policies():
+    return [SPTLate(), WSPTLate(), EFTLate(), HEFTLate(), EFTLate(beta_cpu=14.3, beta_gpu=1.7, backlog_s=7.26),
+            SPTLate(aging=0.5, beta_cpu=2.0, fraction_step=0.25)]
+
+
+def _setup(c):
+    cluster = Cluster(n_gpus=c["n_gpus"], noise_sigma=c["sigma"], gpu_mem_mb=8000.0)
+    tasks = small_workload(c["n"], c["seed"], rate=c["rate"], dag_job_size=c["dag"], dag_max_parents=3,
+                           memory_range=(50.0, c["mem_hi"]), priority_levels=c["priorities"])
+    return cluster, tasks, cluster.sample_noise(c["n"], np.random.default_rng(c["seed"]))
+
+
+@SETTINGS
+@given(cases)
+def test_late_policies_keep_the_invariants_and_the_lp_bound_holds(c):
+    cluster, tasks, real = _setup(c)
+    lb = lower_bound(tasks, cluster, real)
+    assert np.isfinite(lb.mean_latency_lp)
+    parents = parents_of(tasks)
+    for policy in late_policies():
+        tr = simulate(tasks, cluster, policy, real).to_frame()
+        assert sorted(tr["task_id"]) == sorted(tasks.task_id)  # each task once
+        assert check_trace(tr, cluster, parents) == [], policy.name  # devices, memory, deps
+        assert (tr["fraction"] <= cluster.max_fraction(tasks.memory_mb) + 1e-12).all()
+        makespan = tr["end"].max() - tasks.arrival.min()
+        assert lb.makespan <= makespan * (1 + 1e-9), policy.name
+        mean = (tr["end"] - tr["arrival"]).mean()
+        assert lb.mean_latency_lp <= mean * (1 + 1e-9), policy.name
+        assert lb.mean_latency <= mean * (1 + 1e-9), policy.name
+
+
+@SETTINGS
+@given(cases)
+def test_late_compiled_matches_the_reference_and_reruns_are_identical(c):
+    cluster, tasks, real = _setup(c)
+    for policy in late_policies():
+        a = simulate(tasks, cluster, policy, real).to_frame()
+        pd.testing.assert_frame_equal(a, simulate(tasks, cluster, policy, real).to_frame())
+        pd.testing.assert_frame_equal(a, simulate(tasks, cluster, policy, real, compiled=False).to_frame())
+
+
+def _table(arrival, size, intensity, memory) -> TaskTable:
+    n = len(arrival)
+    return TaskTable(np.arange(n), np.asarray(arrival, float), np.asarray(size, float), np.asarray(intensity, float),
+                     np.asarray(memory, float), np.zeros(n, dtype=np.int64), np.full(n, np.nan),
+                     np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+@njit
+def _split_half_on_cpu(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
+    """Task at pool[0], half on GPU 0, started on the CPU (waits when the CPU is busy)."""
+    if idle[0] == 0:
+        return -1, -1, 0.0, 0
+    return 0, 0, 0.5, 0
+
+
+class _HalfOnCPU(Policy):
+    name = "half"
+    dispatch = "late"
+    pick_kernel = _split_half_on_cpu
+
+
+def test_the_other_part_of_a_split_joins_its_device_queue_with_priority():
+    # Both tasks arrive at 0: task 0 starts on the CPU with half on GPU 0, so does task 1 once
+    # the CPU frees; task 1's GPU part waits for GPU 0 only if task 0's GPU part is still there.
+    cluster = Cluster(n_gpus=1, noise_sigma=0.0, launch_s=0.0)
+    tasks = _table([0.0, 0.0], [100.0, 100.0], [0.0, 0.0], [100.0, 100.0])
+    tr = simulate_late(tasks, cluster, _HalfOnCPU(), cluster.sample_noise(2, np.random.default_rng(0)))
+    cpu_half = 0.5 * 100 / cluster.cpu_gflops
+    gpu_half = 0.5 * cluster.gpu_seconds(np.array([100.0]), np.array([0.0]), np.array([100.0]))[0]
+    assert tr.cpu_start[0] == 0.0 and tr.gpu_start[0] == 0.0  # both parts start at once on idle devices
+    assert tr.cpu_start[1] == pytest.approx(cpu_half)  # task 1 waited in the pool for the CPU
+    assert tr.gpu_start[1] == pytest.approx(max(cpu_half, gpu_half))  # its GPU part: at once or right after task 0's
+    assert tr.end[1] == pytest.approx(max(2 * cpu_half, max(cpu_half, gpu_half) + gpu_half))
+
+
+@njit
+def _never(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
+    return -1, -1, 0.0, 0
+
+
+@njit
+def _busy_device(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
+    return 0, 0, 1.0, 0  # the CPU with the whole task on the GPU: not a CPU part
+
+
+@pytest.mark.parametrize("kernel, message", [(_never, "waited while every device was idle"),
+                                             (_busy_device, "needs a GPU share below 1")])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_policy_that_breaks_the_rules_fails_with_one_line(kernel, message, compiled):
+    cls = type("Bad", (Policy,), {"name": "bad", "dispatch": "late", "pick_kernel": kernel})
+    cluster = Cluster(n_gpus=1)
+    tasks = small_workload(5, 0)
+    with pytest.raises(RuntimeError, match=message):
+        simulate_late(tasks, cluster, cls(), cluster.sample_noise(5, np.random.default_rng(0)), compiled=compiled)
+
+
+def test_an_arrival_policy_cannot_run_late():
+    from hybridsched.errors import HybridschedError
+    from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
+
+    cluster = Cluster(n_gpus=1)
+    tasks = small_workload(5, 0)
+    with pytest.raises(HybridschedError, match="no late-dispatch kernel"):
+        simulate_late(tasks, cluster, EarliestFinishTime(), cluster.sample_noise(5, np.random.default_rng(0)))
+
+
+def test_list_kernel_weights_must_be_non_negative():
+    with pytest.raises(ValueError, match="aging must be >= 0"):
+        LateList(aging=-1.0)
+
+
+def test_sim_dispatch_must_match_every_simulated_policy():
+    from hybridsched.errors import HybridschedError
+    from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
+    from hybridsched.kinds.machine.stages import check_dispatch
+
+    check_dispatch({"dispatch": "late"}, "spt_late", SPTLate())
+    check_dispatch({}, "eft", EarliestFinishTime())  # arrival is the default
+    with pytest.raises(HybridschedError, match="sim.dispatch=late: policy 'eft' dispatches arrival"):
+        check_dispatch({"dispatch": "late"}, "eft", EarliestFinishTime())
+    with pytest.raises(HybridschedError, match="sim.dispatch=arrival: policy 'spt_late' dispatches late"):
+        check_dispatch({"dispatch": "arrival"}, "spt_late", SPTLate())
+    with pytest.raises(HybridschedError, match="sim.dispatch must be 'arrival' or 'late', got 'soon'"):
+        check_dispatch({"dispatch": "soon"}, "eft", EarliestFinishTime())
+
+
+def test_a_late_heuristic_is_a_tune_target(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from hybridsched.kinds.machine.tuning import TuneSettings, run_study
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())
+    s = TuneSettings.from_dict({**cfg["tune"], "target": "eft_late", "n_trials": 3, "storage": str(tmp_path / "s.journal")})
+    out = run_study(s, cfg, small_workload(300, 1, rate=6.0), Cluster())
+    assert out["best"]["mean_latency"] <= out["default"]["mean_latency"]
+    assert set(out["best_params"]) == {"aging", "beta_cpu", "beta_gpu", "backlog_s"}
+
+
+def test_simulate_and_evaluate_stages_run_late_policies_with_sim_dispatch_late(tmp_path):
+    from hybridsched.errors import HybridschedError
+    from hybridsched.kinds import get_kind
+    from tests.runs import compose_run, outputs_in
+
+    kind = get_kind("machine")
+    over = [*outputs_in(tmp_path), "workload.n_train=50", "workload.n_test=200", "sim.bound_lp.enabled=false"]
+    kind.generate(compose_run(*over))
+    run = compose_run(*over, "sim.dispatch=late", "sim.policies.machine=[spt_late,wspt_late,eft_late,heft_late]")
+    kind.check_config(run)
+    table = kind.simulate(run)
+    assert set(table.index) == {"spt_late", "wspt_late", "eft_late", "heft_late"}
+    assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all()  # the (solo) bound holds in late mode too
+    kind.evaluate(run)
+    assert (tmp_path / "metrics" / "summary.json").is_file()
+    with pytest.raises(HybridschedError, match="sim.dispatch=arrival: policy 'eft_late' dispatches late"):
+        kind.check_config(compose_run(*over, "sim.policies.machine=[eft,eft_late]"))
