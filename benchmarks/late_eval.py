@@ -37,7 +37,7 @@ from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
-from hybridsched.kinds.machine.devices import cluster_from_config
+from hybridsched.devices import cluster_from_config
 from hybridsched.kinds.machine.scenarios import heldout_workloads
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits

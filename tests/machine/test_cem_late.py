@@ -12,7 +12,7 @@ import pytest
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.cem_train import MachineCEMSettings
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.late_cem_train import model_from_theta, n_theta, train_late_scorer
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 from hybridsched.kinds.machine.bounds import lower_bound
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.late_engine import simulate_late
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy

@@ -25,7 +25,7 @@ from hybridsched.kinds.machine.cem_train import (
     check_seed,
     draw_set,
 )
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.late_scorer import N_IN, N_LIN, CEMLate
 from hybridsched.kinds.machine.sim import simulate
 

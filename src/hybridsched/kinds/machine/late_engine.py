@@ -34,9 +34,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hybridsched.kinds.machine.devices import Cluster, Realization
+from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, MEMORY, Trace, task_matrix
-from hybridsched.kinds.machine.timeline import heap_pop, heap_push
+from hybridsched.heap import heap_pop, heap_push
 from hybridsched.kinds.machine.workload import TaskTable
 
 
