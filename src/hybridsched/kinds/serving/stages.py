@@ -49,7 +49,7 @@ def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
     from hybridsched.kinds.serving.workload import generate_splits, read_requests, to_requests
 
     if run.in_memory:
-        train, test = generate_splits(run.cfg["workload"], s, lat[:, 1])
+        train, test = generate_splits(run.cfg["workload"], s, lat)
         reqs = to_requests(train if split == "train" else test, s, f"{split} stream")
     else:
         reqs = read_requests(run.workload_dir / f"{split}.parquet", s)
@@ -108,20 +108,28 @@ def profile(run: Run) -> dict[str, Any]:
 
 def generate(run: Run) -> dict[str, Any]:
     """Train and test request streams into data/workload/; metrics/import_report.json."""
+    import sys
+
     from hybridsched.kinds.serving.latency import table_source
-    from hybridsched.kinds.serving.workload import generate_splits, offered_rate
+    from hybridsched.kinds.serving.workload import generate_splits, load_report, offered_rate
 
     s = settings_of(run)
     w = run.cfg["workload"]
     needs_table = (w.get("slo") or {}).get("rule") == "factor" or w.get("rate") is None  # factor SLOs, load
     lat, _ = _tables(run, s) if needs_table else (None, None)
-    b1 = None if lat is None else lat[:, 1]
-    train, test = generate_splits(w, s, b1)
+    train, test = generate_splits(w, s, lat)
     with atomic_dir(run.workload_dir) as tmp:
         write_frame(tmp / "train.parquet", train)
         write_frame(tmp / "test.parquet", test)
-    report = {"kind": "serving", "workload": w.get("name"), "arrival": w.get("arrival", "poisson"),
-              "rate": offered_rate(w, s, b1), "load": w.get("load") if w.get("rate") is None else None,
+    if lat is not None:
+        loads = load_report(w, s, lat, {"train": train, "test": test})
+    else:
+        loads = {"rate": offered_rate(w, s, None), "load": None, "offered_load": None, "load_warnings": []}
+    print(f"generate: workload.load {loads['load']} (capacity in samples) -> rate {loads['rate']:.4g} requests/s; "
+          f"offered load train/test {loads['offered_load']}")
+    for msg in loads["load_warnings"]:
+        print(f"warning: {msg}", file=sys.stderr)
+    report = {"kind": "serving", "workload": w.get("name"), "arrival": w.get("arrival", "poisson"), **loads,
               "slo": w.get("slo"), "latency_table": s.latency_table,
               "latency_table_file": str(table_source(s)), "train": len(train), "test": len(test),
               "test_horizon_s": float(test["arrival"].iloc[-1]),
@@ -261,8 +269,8 @@ def simulate(run: Run) -> pd.DataFrame:
         sweep = []
         w = {**run.cfg["workload"], **(run.cfg["workload"].get("test") or {})}
         for factor in run.cfg["serving"].get("load_sweep") or []:
-            wf = {**w, "rate": offered_rate(w, s, lat[:, 1]) * float(factor)}
-            df = generate_stream(wf, s, len(reqs), int(w.get("seed", 0)) + 1, 1, lat[:, 1])
+            wf = {**w, "rate": offered_rate(w, s, lat) * float(factor)}
+            df = generate_stream(wf, s, len(reqs), int(w.get("seed", 0)) + 1, 1, lat)
             r = to_requests(df, s, f"load sweep x{factor}")
             b = slo_bound(r, s, lat, float(service_noise(s, len(r), seed).min()))
             sweep.append({"policy": "bound", "load_factor": factor, "rate": wf["rate"], "slo_attainment": b["slo_attainment"]})
