@@ -5,6 +5,7 @@ A table is long-format rows ``model, backend, precision, batch, latency_ms`` (pl
 
 * ``measured``: the profile stage's table on this machine (``serving.profile_path``);
 * ``clockwork_v100``: Clockwork's published V100 latencies of ResNet-50 (tables/clockwork_v100.csv);
+* ``cpu_first_profile``: this project's first CPU profile (tables/cpu_first_profile.csv);
 * any other value: a csv file of the same columns.
 
 The simulator needs a dense ``lat[v, b]`` for every batch size ``b = 1..max_batch``: sizes
@@ -24,7 +25,9 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.serving.settings import ServingSettings
 
-PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv"}
+PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv",
+             # the first CPU profile of this project (docs/serving.md): a CPU table without profiling
+             "cpu_first_profile": Path(__file__).parent / "tables" / "cpu_first_profile.csv"}
 COLUMNS = ["model", "backend", "precision", "batch", "latency_ms"]
 
 
