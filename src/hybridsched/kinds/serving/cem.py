@@ -16,7 +16,8 @@ With ``drop`` the engine's predictive admission runs with the predicted service 
 starts from it, like the machine kind's ``cem`` starts from eft_rank.
 
 **Training** (``train_scorer``): each generation draws ``scenarios`` synthetic streams
-(Poisson or Gamma arrivals, load, request size, SLO factors from the ``cem.serving`` ranges)
+(Poisson or Gamma arrivals, load, request size, SLO factors, or the workload's ms budgets
+scaled, from the ``cem.serving`` ranges)
 from a stream seeded by ``cem.seed`` and the generation; a member's cost is the mean over the
 draws of ``1 - attainment`` relative to predictive's on the same draw (drops count as
 violations).  **Held-out streams** (:func:`heldout_streams`) are never drawn in training:
@@ -139,6 +140,7 @@ class ServingCEMSettings:
     request_size: tuple[int, int] = (1, 4)    # samples per request (whole numbers, uniform)
     interactive_factor: tuple[float, float] = (3.0, 10.0)
     batch_factor: tuple[float, float] = (20.0, 80.0)
+    slo_scale: tuple[float, float] = (0.5, 2.0)    # absolute_ms SLOs: the workload's x this
     select_from: int = 8                      # >0: the model is the cheapest of the search's last N means ...
     selection_scenarios: int = 8              # ... on draws of a separate stream (never training or held-out)
     heldout_requests: int = 3000
@@ -150,7 +152,7 @@ class ServingCEMSettings:
               and 0 <= self.bursty_share <= 1 and 0 < self.cv[0] <= self.cv[1]
               and 1 <= self.request_size[0] <= self.request_size[1] and self.heldout_requests >= 10
               and 0 < self.interactive_factor[0] <= self.interactive_factor[1]
-              and 0 < self.batch_factor[0] <= self.batch_factor[1] and len(self.heldout_loads) >= 1)
+              and 0 < self.batch_factor[0] <= self.batch_factor[1] and 0 < self.slo_scale[0] <= self.slo_scale[1] and len(self.heldout_loads) >= 1)
         if not ok:
             raise HybridschedError(f"cem.serving: a value is out of range: {self.to_dict()}")
 
@@ -168,9 +170,13 @@ def draw_workload(rng: np.random.Generator, base: dict[str, Any], cs: ServingCEM
     """One training workload: the configured mix with a drawn process, load, size and SLOs."""
     w = {k: v for k, v in base.items() if k not in ("test", "rate")}
     w.update(rate=None, load=float(rng.uniform(*cs.load)),
-             request_size=int(rng.integers(cs.request_size[0], cs.request_size[1] + 1)),
-             slo={"rule": "factor", "interactive": float(rng.uniform(*cs.interactive_factor)),
-                  "batch": float(rng.uniform(*cs.batch_factor))})
+             request_size=int(rng.integers(cs.request_size[0], cs.request_size[1] + 1)))
+    slo = dict(base.get("slo") or {})
+    if slo.get("rule", "absolute_ms") == "factor":
+        w["slo"] = {"rule": "factor", "interactive": float(rng.uniform(*cs.interactive_factor)),
+                    "batch": float(rng.uniform(*cs.batch_factor))}
+    else:  # budgets in ms (GPU tables): the workload's, each scaled by a drawn factor
+        w["slo"] = {k: (v if k == "rule" else float(v) * float(rng.uniform(*cs.slo_scale))) for k, v in slo.items()}
     if rng.uniform() < cs.bursty_share:
         w.update(arrival="gamma", cv=float(rng.uniform(*cs.cv)))
     else:

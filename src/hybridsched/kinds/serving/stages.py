@@ -237,7 +237,7 @@ def train_cem(run: Run) -> dict[str, Any]:
     run.track("train_cem", {k: v for k, v in metrics.items() if isinstance(v, int | float)},
               [out / "train_cem.json", out / "plots" / "train_cem.csv"])
     print(f"train_cem: {search.generations} generations x {search.population} on {cs.scenarios} streams in "
-          f"{metrics['wall_s']:.1f} s; cost (1 - attainment relative to predictive) {metrics['first_mean_cost']:.4f} "
+          f"{metrics['wall_s']:.1f} s; cost (1 + predictive's attainment - the member's) {metrics['first_mean_cost']:.4f} "
           f"-> {metrics['last_mean_cost']:.4f}; held-out: cem >= predictive on {wins} of {len(held)}")
     for r in held:
         print(f"  {r['stream']}: cem {r['cem']:.4f}  predictive {r['predictive']:.4f}")
