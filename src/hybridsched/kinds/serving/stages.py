@@ -87,6 +87,9 @@ def check_config(run: Run) -> None:
     generate_stream(w, s, 2, int(w.get("seed", 0)), batch1_s=np.ones(s.n_variants))
     for spec in run.policy_specs().values():
         instantiate(spec)
+    from hybridsched.kinds.serving.cem import ServingCEMSettings
+
+    ServingCEMSettings.from_dict(run.cfg.get("cem", {}).get("serving"))  # what train_cem trains on
 
 
 def profile(run: Run) -> dict[str, Any]:
