@@ -12,6 +12,8 @@ The simulator needs a dense ``lat[v, b]`` for every batch size ``b = 1..max_batc
 between two table rows are linearly interpolated and the result is made non-decreasing in
 ``b`` (a cumulative maximum), which the clairvoyant bound relies on.  A variant the workload
 uses must have batch 1 and a batch >= ``max_batch`` in the table, else one-line error.
+A table with a ``lanes`` column (the profile with ``serving.profile.lanes`` > 1) keeps the
+single-lane rows too; the simulator reads the rows timed with the most concurrent lanes.
 """
 
 from __future__ import annotations
@@ -62,7 +64,11 @@ def read_table(settings: ServingSettings) -> pd.DataFrame:
         r = df[bad].iloc[0]
         raise HybridschedError(f"{path}: row {int(np.flatnonzero(bad.to_numpy())[0])} has batch {r['batch']!r} and "
                                f"latency_ms {r['latency_ms']!r}; need batch >= 1 and latency > 0")
-    return df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
+    df = df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
+    if "lanes" in df.columns:  # a profile as served: the simulator uses the rows of the most lanes
+        most = df.groupby(["model", "backend", "precision"])["lanes"].transform("max")
+        df = df[df["lanes"] == most]
+    return df
 
 
 def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.ndarray | None = None,
