@@ -46,7 +46,9 @@ def test_every_stage_in_order(tiny, tmp_path):
     assert set(table.index) == set(tiny["sim"]["policies"]["serving"])
     assert (table["slo_attainment_vs_bound"] <= 1.0 + 1e-9).all()
     prof = json.loads((tmp_path / "data" / "cluster_profile.json").read_text())
-    fitted = pd.DataFrame(prof["table"]).set_index("batch")["fitted"]
+    rows = pd.DataFrame(prof["table"])
+    assert set(rows["lanes"]) == {1, 2}  # single-lane and served (serving.lanes workers) rows, one table
+    fitted = rows[rows["lanes"] == 1].set_index("batch")["fitted"]
     assert not fitted[1] and fitted[8]  # measured vs fitted rows are marked
     cem = json.loads((m / "train_cem.json").read_text())
     assert len(cem["heldout"]) == 5 and cem["heldout_wins_or_ties"] == sum(r["cem_wins_or_ties"] for r in cem["heldout"])
