@@ -13,6 +13,16 @@ from hybridsched.kinds.serving.settings import ServingSettings
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def traces_dir() -> Path:
+    """The shared public traces: $HYBRIDSCHED_TRACES, ../shared/traces of the checkout, or /work/shared/traces."""
+    import os
+
+    for c in (os.environ.get("HYBRIDSCHED_TRACES"), ROOT.parent / "shared" / "traces", Path("/work/shared/traces")):
+        if c and Path(c).is_dir():
+            return Path(c)
+    return ROOT.parent / "shared" / "traces"
+
+
 def linear_table(settings: ServingSettings, base_s: dict[str, float] | None = None,
                  batches=(1, 2, 4, 8, 16, 32, 64, 128)) -> pd.DataFrame:
     """Latency a + 0.4 a b per model (onnx 20 % faster), as long rows."""

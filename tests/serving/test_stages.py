@@ -9,7 +9,7 @@ import pytest
 
 from hybridsched.kinds import get_kind
 from hybridsched.kinds.base import STAGES, Run
-from tests.serving.conftest import serving_cfg
+from tests.serving.conftest import serving_cfg, traces_dir
 
 
 @pytest.fixture
@@ -20,6 +20,9 @@ def tiny(tmp_path):
     cfg["serving"]["predictor"].update(n_estimators=10, test_batches=[2])
     cfg["serving"]["dqn"].update(episodes=2, learning_starts=20, batch_size=16, hidden=8)
     cfg["serving"]["tune"].update(n_trials=3)
+    cfg["cem"].update(generations=2, population=4)
+    cfg["cem"]["serving"].update(scenarios=1, requests=100, select_from=2, selection_scenarios=1, heldout_requests=100,
+                                 heldout_trace=str(traces_dir() / "azure-llm-2023" / "AzureLLMInferenceTrace_code.csv"))
     cfg["workload"].update(n_train=150, n_test=150, rate=6.0, mix={"models": {"resnet18": 1.0},
                                                                      "classes": {"interactive": 0.7, "batch": 0.3}})
     return cfg
@@ -31,6 +34,7 @@ def test_every_stage_in_order(tiny, tmp_path):
     results = {name: getattr(kind, name)(run) for name in STAGES}
     m = tmp_path / "metrics"
     for f in ("profile.json", "import_report.json", "validation.json", "train_rf.json", "train_dqn.json", "tune.json",
+              "train_cem.json", "plots/train_cem.csv",
               "summary.json", "policies.csv", "plots/rf_importance.png", "plots/train_dqn.csv",
               "plots/tune_history.png", "plots/latency_cdf.png", "plots/utilisation.png", "plots/energy_cost.png",
               "plots/latency_quantiles.csv", "plots/utilisation.csv", "plots/energy_cost.csv",
@@ -42,8 +46,16 @@ def test_every_stage_in_order(tiny, tmp_path):
     assert set(table.index) == set(tiny["sim"]["policies"]["serving"])
     assert (table["slo_attainment_vs_bound"] <= 1.0 + 1e-9).all()
     prof = json.loads((tmp_path / "data" / "cluster_profile.json").read_text())
-    fitted = pd.DataFrame(prof["table"]).set_index("batch")["fitted"]
+    rows = pd.DataFrame(prof["table"])
+    assert set(rows["lanes"]) == {1, 2}  # single-lane and served (serving.lanes workers) rows, one table
+    fitted = rows[rows["lanes"] == 1].set_index("batch")["fitted"]
     assert not fitted[1] and fitted[8]  # measured vs fitted rows are marked
+    cem = json.loads((m / "train_cem.json").read_text())
+    assert len(cem["heldout"]) == 5 and cem["heldout_wins_or_ties"] == sum(r["cem_wins_or_ties"] for r in cem["heldout"])
+    bound = json.loads((tmp_path / "data" / "traces" / "bound.json").read_text())
+    assert bound["slo_attainment"] == min(bound["clairvoyant.slo_attainment"], bound["contention.slo_attainment"])
+    report = json.loads((m / "import_report.json").read_text())
+    assert report["rate"] == 6.0 and report["load"] is None and set(report["offered_load"]) == {"train", "test"}
     summary = json.loads((m / "summary.json").read_text())
     assert summary["latency_table"] == "measured"
     # the simulate table and the evaluate table agree

@@ -104,7 +104,8 @@ def decide(t, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_
     window = eparams[P_WINDOW]
     max_batch = int(eparams[P_MAX_BATCH])
     capacity = eparams[P_CAPACITY]
-    drop = eparams[P_DROP] > 0
+    dropf = eparams[P_DROP]  # > 0: predictive admission, the predicted service time times this factor
+    drop = dropf > 0
     alpha = eparams[P_ALPHA]
     used = 0.0
     nfree = 0
@@ -131,7 +132,7 @@ def decide(t, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_
             changed = False
             while head[g] < gptr[g + 1]:
                 i = gidx[head[g]]
-                if t + pred_lat[v, size[i]] * c > deadline[i]:
+                if t + pred_lat[v, size[i]] * c * dropf > deadline[i]:
                     r_batch[i] = -1
                     r_drop[i] = t
                     head[g] += 1
@@ -147,7 +148,7 @@ def decide(t, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_
             continue
         q = cand_end[g]
         s = cand_s[g]
-        while tokens_tab[v, s] > free_tok or (drop and t + pred_lat[v, s] * c > deadline[first]):
+        while tokens_tab[v, s] > free_tok or (drop and t + pred_lat[v, s] * c * dropf > deadline[first]):
             q -= 1
             s -= size[gidx[q]]
         p = pred_lat[v, s] * c
@@ -340,7 +341,8 @@ def check_inputs(reqs, settings, true_lat: np.ndarray, pred: np.ndarray) -> None
 
 def engine_params(settings, policy, record: bool = False) -> np.ndarray:
     """The ``eparams`` vector of a run."""
-    return np.array([settings.window_s, settings.max_batch, settings.token_capacity, float(policy.drop),
+    drop = float(policy.drop) * float(getattr(policy, "drop_factor", 1.0))  # predictive: exactly 1
+    return np.array([settings.window_s, settings.max_batch, settings.token_capacity, drop,
                      float(policy.online_alpha), float(record)])
 
 

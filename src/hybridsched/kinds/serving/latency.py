@@ -5,12 +5,15 @@ A table is long-format rows ``model, backend, precision, batch, latency_ms`` (pl
 
 * ``measured``: the profile stage's table on this machine (``serving.profile_path``);
 * ``clockwork_v100``: Clockwork's published V100 latencies of ResNet-50 (tables/clockwork_v100.csv);
+* ``cpu_first_profile``: this project's first CPU profile (tables/cpu_first_profile.csv);
 * any other value: a csv file of the same columns.
 
 The simulator needs a dense ``lat[v, b]`` for every batch size ``b = 1..max_batch``: sizes
 between two table rows are linearly interpolated and the result is made non-decreasing in
 ``b`` (a cumulative maximum), which the clairvoyant bound relies on.  A variant the workload
 uses must have batch 1 and a batch >= ``max_batch`` in the table, else one-line error.
+A table with a ``lanes`` column (the profile with ``serving.profile.lanes`` > 1) keeps the
+single-lane rows too; the simulator reads the rows timed with the most concurrent lanes.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.serving.settings import ServingSettings
 
-PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv"}
+PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv",
+             # the first CPU profile of this project (docs/serving.md): a CPU table without profiling
+             "cpu_first_profile": Path(__file__).parent / "tables" / "cpu_first_profile.csv"}
 COLUMNS = ["model", "backend", "precision", "batch", "latency_ms"]
 
 
@@ -59,7 +64,11 @@ def read_table(settings: ServingSettings) -> pd.DataFrame:
         r = df[bad].iloc[0]
         raise HybridschedError(f"{path}: row {int(np.flatnonzero(bad.to_numpy())[0])} has batch {r['batch']!r} and "
                                f"latency_ms {r['latency_ms']!r}; need batch >= 1 and latency > 0")
-    return df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
+    df = df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
+    if "lanes" in df.columns:  # a profile as served: the simulator uses the rows of the most lanes
+        most = df.groupby(["model", "backend", "precision"])["lanes"].transform("max")
+        df = df[df["lanes"] == most]
+    return df
 
 
 def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.ndarray | None = None,

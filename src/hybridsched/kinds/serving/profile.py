@@ -41,6 +41,7 @@ class ProfileSettings:
     warmup: int = 1
     repeats: int = 3
     threads: int = 1
+    lanes: int = 1   # > 1: also time each batch with this many concurrent workers, as the real mode serves
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSettings:
@@ -51,6 +52,8 @@ class ProfileSettings:
             raise HybridschedError(f"serving_profile.models: unknown model {bad[0]!r}; known: {sorted(BUILDERS)}")
         if not s.measure_batches or min(s.measure_batches) < 1 or s.repeats < 1 or s.warmup < 0:
             raise HybridschedError("serving_profile: need measure_batches >= 1, repeats >= 1, warmup >= 0")
+        if int(s.lanes) < 1:
+            raise HybridschedError(f"serving.profile.lanes: must be >= 1, got {s.lanes}")
         if len(s.measure_batches) < 2 and s.fit_batches:
             raise HybridschedError("serving_profile.measure_batches: fitting needs at least two measured sizes")
         return s
@@ -166,17 +169,47 @@ class Runner:
         return time.perf_counter() - t0
 
 
+def _served_times(runners: list[Runner], batch: int, warmup: int, repeats: int) -> np.ndarray:
+    """Seconds per call of ``len(runners)`` workers running ``batch`` at once (one thread each,
+    as the real mode's lanes; started together by a barrier)."""
+    barrier = threading.Barrier(len(runners))
+    out: list[list[float]] = [[] for _ in runners]
+
+    def work(k: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # per thread, as real.py's lanes
+        for _ in range(warmup):
+            runners[k](batch)
+        barrier.wait()
+        out[k] = [runners[k](batch) for _ in range(repeats)]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(runners))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return np.concatenate([np.asarray(o) for o in out])
+
+
 def profile_models(s: ProfileSettings) -> dict[str, Any]:
-    """Measure, fit the large batches, return ``{"table": rows, ...}`` (rows as in latency.py)."""
+    """Measure, fit the large batches, return ``{"table": rows, ...}`` (rows as in latency.py).
+
+    Every row says its ``lanes``: 1 for a model timed alone; with ``lanes`` > 1 each batch is
+    timed again with that many concurrent workers (the served rows, ``source`` ``served``),
+    and ``sigma`` per variant is the lognormal spread of those calls around each batch's
+    median (``sigma`` in the result, keyed ``model/backend``)."""
     import torch
 
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
+    sigma: dict[str, float] = {}
+    lanes = int(s.lanes)
     with tempfile.TemporaryDirectory(prefix="serving_profile_") as work:
         for name in s.models:
             for backend in s.backends:
                 runner = Runner(name, backend, s.threads, work)
-                measured = []
+                measured, served, logr = [], [], []
                 for b in sorted(s.measure_batches):
                     for _ in range(s.warmup):
                         runner(b)
@@ -186,10 +219,24 @@ def profile_models(s: ProfileSettings) -> dict[str, Any]:
                     measured.append((b, med, mem.mb))
                     rows.append({"model": name, "backend": backend, "precision": "fp32", "batch": b,
                                  "latency_ms": med * 1e3, "spread_ms": (q3 - q1) * 1e3, "repeats": s.repeats,
-                                 "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "measured"})
-                rows += _fit_rows(name, backend, measured, s.fit_batches)
+                                 "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "measured", "lanes": 1})
+                    if lanes > 1:
+                        others = [Runner(name, backend, 1, work, model=runner.model) for _ in range(lanes - 1)]
+                        t = _served_times([runner, *others], b, s.warmup, s.repeats)
+                        q1, med, q3 = np.quantile(t, [0.25, 0.5, 0.75])
+                        served.append((b, med, mem.mb))
+                        logr.append(np.log(t / med))
+                        rows.append({"model": name, "backend": backend, "precision": "fp32", "batch": b,
+                                     "latency_ms": med * 1e3, "spread_ms": (q3 - q1) * 1e3, "repeats": s.repeats,
+                                     "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "served",
+                                     "lanes": lanes})
+                        del others
+                rows += [{**r, "lanes": 1} for r in _fit_rows(name, backend, measured, s.fit_batches)]
+                if served:
+                    rows += [{**r, "lanes": lanes} for r in _fit_rows(name, backend, served, s.fit_batches)]
+                    sigma[f"{name}/{backend}"] = float(np.std(np.concatenate(logr)))
                 del runner
-    return {"table": rows, "threads": s.threads, "torch_version": torch.__version__,
+    return {"table": rows, "threads": s.threads, "lanes": lanes, "sigma": sigma, "torch_version": torch.__version__,
             "cuda": bool(torch.cuda.is_available()), "elapsed_s": time.perf_counter() - start,
             "settings": {f.name: getattr(s, f.name) for f in fields(s)}}
 

@@ -39,7 +39,7 @@ def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
     from hybridsched.kinds.serving.workload import generate_splits, read_requests, to_requests
 
     if run.in_memory:
-        train, test = generate_splits(run.cfg["workload"], s, lat[:, 1])
+        train, test = generate_splits(run.cfg["workload"], s, lat)
         reqs = to_requests(train if split == "train" else test, s, f"{split} stream")
     else:
         reqs = read_requests(run.workload_dir / f"{split}.parquet", s)
@@ -62,6 +62,9 @@ def check_config(run: Run) -> None:
     generate_stream(w, s, 2, int(w.get("seed", 0)), batch1_s=np.ones(s.n_variants))
     for spec in run.policy_specs().values():
         instantiate(spec)
+    from hybridsched.kinds.serving.cem import ServingCEMSettings
+
+    ServingCEMSettings.from_dict(run.cfg.get("cem", {}).get("serving"))  # what train_cem trains on
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -83,20 +86,28 @@ def profile(run: Run) -> dict[str, Any]:
 
 def generate(run: Run) -> dict[str, Any]:
     """Train and test request streams into data/workload/; metrics/import_report.json."""
+    import sys
+
     from hybridsched.kinds.serving.latency import table_source
-    from hybridsched.kinds.serving.workload import generate_splits, offered_rate
+    from hybridsched.kinds.serving.workload import generate_splits, load_report, offered_rate
 
     s = settings_of(run)
     w = run.cfg["workload"]
     needs_table = (w.get("slo") or {}).get("rule") == "factor" or w.get("rate") is None  # factor SLOs, load
     lat, _ = _tables(run, s) if needs_table else (None, None)
-    b1 = None if lat is None else lat[:, 1]
-    train, test = generate_splits(w, s, b1)
+    train, test = generate_splits(w, s, lat)
     with atomic_dir(run.workload_dir) as tmp:
         write_frame(tmp / "train.parquet", train)
         write_frame(tmp / "test.parquet", test)
-    report = {"kind": "serving", "workload": w.get("name"), "arrival": w.get("arrival", "poisson"),
-              "rate": offered_rate(w, s, b1), "load": w.get("load") if w.get("rate") is None else None,
+    if lat is not None:
+        loads = load_report(w, s, lat, {"train": train, "test": test})
+    else:
+        loads = {"rate": offered_rate(w, s, None), "load": None, "offered_load": None, "load_warnings": []}
+    print(f"generate: workload.load {loads['load']} (capacity in samples) -> rate {loads['rate']:.4g} requests/s; "
+          f"offered load train/test {loads['offered_load']}")
+    for msg in loads["load_warnings"]:
+        print(f"warning: {msg}", file=sys.stderr)
+    report = {"kind": "serving", "workload": w.get("name"), "arrival": w.get("arrival", "poisson"), **loads,
               "slo": w.get("slo"), "latency_table": s.latency_table,
               "latency_table_file": str(table_source(s)), "train": len(train), "test": len(test),
               "test_horizon_s": float(test["arrival"].iloc[-1]),
@@ -171,11 +182,44 @@ def train_dqn(run: Run) -> dict[str, Any]:
     return metrics
 
 
-def train_cem(run: Run) -> dict:
-    """No ``cem`` policy on this kind: the stage's outputs say why."""
-    from hybridsched.not_applicable import skip_train_cem
+def train_cem(run: Run) -> dict[str, Any]:
+    """The learned per-candidate dispatcher ``cem`` (cem.py): the cross-entropy method from the
+    predictive heuristic on a mixture of synthetic streams; models/cem/theta.json,
+    metrics/train_cem.json (with the held-out table) and the curve."""
+    from hybridsched.kinds.serving import cem as C
+    from hybridsched.rl.cem import CEMSettings
 
-    return skip_train_cem(run, "not run: the serving kind has no `cem` policy (its learned dispatcher is the DQN)")
+    s = settings_of(run)
+    cem_cfg = run.cfg["cem"]
+    search, cs = CEMSettings.from_dict(cem_cfg), C.ServingCEMSettings.from_dict(cem_cfg.get("serving"))
+    lat, _ = _tables(run, s)
+    pred, pred_source = _pred_table(run, s, lat)
+    w = dict(run.cfg["workload"])
+    result, selection = C.train_scorer(w, s, lat, pred, search, cs)
+    held = C.heldout_table(result.theta, w, cs.heldout_trace, s, lat, pred, cs)
+    wins = sum(r["cem_wins_or_ties"] for r in held)
+    hist = pd.DataFrame(result.history)
+    metrics = {"kind": "serving", "generations": search.generations, "population": search.population,
+               "scenarios": cs.scenarios, "requests": cs.requests, "predictor": pred_source,
+               "latency_table": s.latency_table, "wall_s": round(result.wall_s, 2),
+               "first_mean_cost": float(hist["mean_cost"].iloc[0]), "last_mean_cost": float(hist["mean_cost"].iloc[-1]),
+               "theta": [round(float(x), 6) for x in result.theta], **selection, "heldout": held,
+               "heldout_wins_or_ties": wins, "heldout_target_met": wins >= 4}
+    with atomic_dir(cem_cfg["model_dir"]) as tmp:
+        write_json(tmp / "theta.json", {"format": C.FORMAT, "kind": "serving", "theta": result.theta.tolist(),
+                                        "settings": cs.to_dict(), "search": search.to_dict()})
+    out = run.metrics_dir
+    write_json(out / "train_cem.json", without_timings(metrics))
+    curve = hist[["generation", "mean_cost", "elite_cost", "best_cost", "population_cost", "std"]]
+    write_frame(out / "plots" / "train_cem.csv", curve.round(6))
+    run.track("train_cem", {k: v for k, v in metrics.items() if isinstance(v, int | float)},
+              [out / "train_cem.json", out / "plots" / "train_cem.csv"])
+    print(f"train_cem: {search.generations} generations x {search.population} on {cs.scenarios} streams in "
+          f"{metrics['wall_s']:.1f} s; cost (1 + predictive's attainment - the member's) {metrics['first_mean_cost']:.4f} "
+          f"-> {metrics['last_mean_cost']:.4f}; held-out: cem >= predictive on {wins} of {len(held)}")
+    for r in held:
+        print(f"  {r['stream']}: cem {r['cem']:.4f}  predictive {r['predictive']:.4f}")
+    return metrics
 
 
 def tune(run: Run) -> dict[str, Any]:
@@ -231,16 +275,18 @@ def simulate(run: Run) -> pd.DataFrame:
             write_frame(tmp / f"{name}.parquet", tr.requests)
             write_frame(tmp / f"{name}.batches.parquet", tr.batches)
             rows[name] = summarize(tr.requests, tr.batches, s)
-        bound = slo_bound(reqs, s, lat, float(service_noise(s, len(reqs), seed).min()))
+        bound = slo_bound(reqs, s, lat, noise=service_noise(s, len(reqs), seed))  # min of both bounds
         write_json(tmp / "bound.json", {**bound, "latency_table": s.latency_table, "predictor": pred_source})
         sweep = []
         w = {**run.cfg["workload"], **(run.cfg["workload"].get("test") or {})}
         for factor in run.cfg["serving"].get("load_sweep") or []:
-            wf = {**w, "rate": offered_rate(w, s, lat[:, 1]) * float(factor)}
-            df = generate_stream(wf, s, len(reqs), int(w.get("seed", 0)) + 1, 1, lat[:, 1])
+            wf = {**w, "rate": offered_rate(w, s, lat) * float(factor)}
+            df = generate_stream(wf, s, len(reqs), int(w.get("seed", 0)) + 1, 1, lat)
             r = to_requests(df, s, f"load sweep x{factor}")
-            b = slo_bound(r, s, lat, float(service_noise(s, len(r), seed).min()))
-            sweep.append({"policy": "bound", "load_factor": factor, "rate": wf["rate"], "slo_attainment": b["slo_attainment"]})
+            b = slo_bound(r, s, lat, noise=service_noise(s, len(r), seed))
+            sweep.append({"policy": "bound", "load_factor": factor, "rate": wf["rate"], "slo_attainment": b["slo_attainment"],
+                          "clairvoyant_bound": b["clairvoyant.slo_attainment"],
+                          "contention_bound": b["contention.slo_attainment"]})
             for name, policy in policies.items():
                 tr = sim(r, s, lat, policy, pred, noise_seed=seed)
                 m = summarize(tr.requests, tr.batches, s)

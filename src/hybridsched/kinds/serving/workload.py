@@ -119,42 +119,140 @@ def _arrivals(w: dict[str, Any], n: int, rng: np.random.Generator, part: int) ->
     return np.cumsum(gaps) - gaps[0], None
 
 
+def per_sample_s(lat: np.ndarray, variant: np.ndarray, batch: np.ndarray, max_batch: int) -> np.ndarray:
+    """Lane-seconds per sample of variant ``variant`` in a batch of ``batch`` samples (real, >= 1;
+    linear between whole sizes, capped at ``max_batch``). ``lat`` is the dense table ``lat[v, b]``
+    or only its batch-1 column (then every sample costs the batch-1 latency: no batching curve)."""
+    lat = np.asarray(lat, dtype=float)
+    variant = np.asarray(variant)
+    if lat.ndim == 1:
+        return lat[variant]
+    b = np.clip(np.asarray(batch, dtype=float), 1.0, float(max_batch))
+    lo = np.floor(b).astype(np.int64)
+    hi = np.minimum(lo + 1, max_batch)
+    f = b - lo
+    c_lo, c_hi = lat[variant, lo] / lo, lat[variant, hi] / hi
+    return (1 - f) * c_lo + f * c_hi
+
+
+def group_work_s(lat: np.ndarray, settings: ServingSettings, p: np.ndarray, size: np.ndarray, rate: float) -> float:
+    """Expected lane-seconds per request at ``rate`` requests/s for a mix of groups (share ``p[g]``,
+    mean request size ``size[g]`` samples): a request's samples cost ``lat[v, b] / b`` each,
+    with b the expected samples of its group's batch at the window (its own plus what arrives
+    within ``window`` of it: ``size * (1 + rate * p * window)``, at most ``max_batch``)."""
+    g = np.flatnonzero(p > 0)
+    v = g // len(settings.classes)
+    b = np.minimum(size[g] * (1.0 + rate * p[g] * settings.window_s), settings.max_batch)
+    c = per_sample_s(lat, v, b, settings.max_batch)
+    return float(np.sum(p[g] * size[g] * np.nan_to_num(c, nan=np.inf)))
+
+
+def _replay_sizes(w: dict[str, Any]) -> np.ndarray | None:
+    """Request sizes of every row of a replayed trace (None: not a replay with sizes)."""
+    if w.get("arrival") != "replay" or not w.get("size_column"):
+        return None
+    _, tokens = read_arrival_trace(w["trace_path"], w.get("time_column", "TIMESTAMP"), w.get("size_column"))
+    return _token_sizes(tokens[1:], w)
+
+
+def _token_sizes(tokens: np.ndarray, w: dict[str, Any]) -> np.ndarray:
+    per = float(w.get("tokens_per_sample", 1024))
+    return np.clip(np.ceil(tokens / per), 1, int(w.get("max_request_size", 8))).astype(np.int64)
+
+
+def _mix_shares(w: dict[str, Any], settings: ServingSettings) -> np.ndarray:
+    """Share of each group (variant x class) in the configured mix."""
+    mix = w.get("mix", {})
+    p = {}
+    for key, known in (("models", settings.model_names), ("backends", settings.backends),
+                       ("precisions", settings.precisions), ("classes", settings.classes)):
+        idx, prob = _mix(mix.get(key) or {known[0]: 1.0}, known, f"mix.{key}")
+        p[key] = np.zeros(len(known))
+        np.add.at(p[key], idx, prob)
+    m, b, q, c = np.meshgrid(*(np.arange(len(p[k])) for k in p), indexing="ij")
+    share = np.zeros(settings.n_groups)
+    np.add.at(share, settings.group(settings.variant(m, b, q), c).ravel(),
+              (p["models"][m] * p["backends"][b] * p["precisions"][q] * p["classes"][c]).ravel())
+    return share
+
+
+def _solve_rate(load: float, work, lanes: int) -> float:
+    """A rate r with ``r * work(r) / lanes = load`` by bisection (``r * work(r)`` grows with r:
+    a batch's per-sample cost never falls faster than 1 / batch for a non-decreasing table)."""
+    f = lambda r: r * work(r) / lanes - load  # noqa: E731
+    lo, hi = 0.0, load * lanes / work(0.0)  # the rate without batching
+    while f(hi) < 0:  # batching makes the work cheaper: a higher rate
+        lo, hi = hi, 2 * hi
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def offered_rate(w: dict[str, Any], settings: ServingSettings, batch1_s: np.ndarray | None) -> float:
-    """Requests/s of a workload: ``workload.rate`` when set, else ``workload.load`` x lanes / the
-    mix's mean batch-1 latency in the run's table (load 1 = the lanes' capacity at batch 1, so
-    the load means the same on a fast and a slow latency table; request sizes > 1 add work)."""
+    """Requests/s of a workload: ``workload.rate`` when set, else the rate at which the mix offers
+    ``workload.load`` x the lanes' capacity **in samples**: each request's samples cost
+    ``lat[v, b] / b`` lane-seconds at the batch size b its group reaches within the window at
+    that rate (:func:`group_work_s`), with the request sizes of the workload (``request_size``,
+    or the replayed trace's token-mapped sizes). ``batch1_s``: the dense table ``lat[v, b]``
+    (s), or only its batch-1 column (then no batching curve: each sample costs batch 1)."""
     load = w.get("load")
     rate = w.get("rate", 10.0 if load is None else None)  # neither key (library use): 10 req/s as before
     if rate is not None:
         return float(rate)
     if load is None:
         raise WorkloadError("workload.rate / workload.load: set one (rate in requests/s, or load relative to the "
-                            "lanes' batch-1 capacity)")
+                            "lanes' capacity in samples)")
     if not float(load) > 0:
         raise WorkloadError(f"workload.load: must be > 0, got {float(load)}")
     if batch1_s is None:
         raise WorkloadError("workload.load needs the latency table (batch-1 latencies); or set workload.rate")
-    mix = w.get("mix", {})
-    p = {}
-    for key, known in (("models", settings.model_names), ("backends", settings.backends),
-                       ("precisions", settings.precisions)):
-        idx, prob = _mix(mix.get(key) or {known[0]: 1.0}, known, f"mix.{key}")
-        p[key] = np.zeros(len(known))
-        np.add.at(p[key], idx, prob)
-    m, b, q = np.meshgrid(*(np.arange(len(p[k])) for k in p), indexing="ij")
-    weight = p["models"][m] * p["backends"][b] * p["precisions"][q]
-    lat1 = np.asarray(batch1_s)[settings.variant(m, b, q)]
-    mean_b1 = float(np.sum(np.where(weight > 0, weight * np.nan_to_num(lat1, nan=np.inf), 0.0)))
-    if not 0 < mean_b1 < np.inf:
+    share = _mix_shares(w, settings)
+    sizes = _replay_sizes(w)
+    mean_size = float(sizes.mean()) if sizes is not None else float(w.get("request_size", 1))
+    size = np.full(settings.n_groups, mean_size)
+    if not 0 < group_work_s(batch1_s, settings, share, size, 0.0) < np.inf:
         raise WorkloadError("workload.load: the latency table has no batch-1 latency for a variant of the mix")
-    return float(load) * settings.lanes / mean_b1
+    return _solve_rate(float(load), lambda r: group_work_s(batch1_s, settings, share, size, r), settings.lanes)
+
+
+def stream_load(df: pd.DataFrame, rate: float, settings: ServingSettings, lat: np.ndarray) -> float:
+    """The load a generated stream offers at ``rate`` requests/s, in samples, by the same rule as
+    :func:`offered_rate` but with the stream's own mix and request sizes."""
+    reqs = to_requests(df, settings, "stream")
+    n = np.bincount(reqs.group, minlength=settings.n_groups)
+    s = np.bincount(reqs.group, weights=reqs.size, minlength=settings.n_groups)
+    p = n / len(reqs)
+    size = np.divide(s, n, out=np.ones(settings.n_groups), where=n > 0)
+    return rate * group_work_s(lat, settings, p, size, rate) / settings.lanes
+
+
+def load_report(w: dict[str, Any], settings: ServingSettings, lat: np.ndarray,
+                splits: dict[str, pd.DataFrame], tolerance: float = 0.10) -> dict[str, Any]:
+    """Requested load, the rate it gives, the load each generated split offers and a warning per
+    split whose offered load differs from the requested one by more than ``tolerance``
+    (e.g. a replay whose part of the trace has larger prompts than the whole)."""
+    rate = offered_rate(w, settings, lat)
+    requested = w.get("load") if w.get("rate") is None else None
+    offered = {k: stream_load(df, rate, settings, lat) for k, df in splits.items()}
+    warnings_ = []
+    if requested is not None:
+        for k, x in offered.items():
+            if abs(x / float(requested) - 1) > tolerance:
+                warnings_.append(f"workload.load: the {k} stream offers load {x:.3f}, not the requested "
+                                 f"{float(requested):g} ({100 * (x / float(requested) - 1):+.0f} %: its request-size "
+                                 f"/ model mix differs from the one the rate was computed for)")
+    return {"rate": rate, "load": requested, "offered_load": offered, "load_warnings": warnings_}
 
 
 def generate_stream(w: dict[str, Any], settings: ServingSettings, n: int, seed: int, part: int = 0,
                     batch1_s: np.ndarray | None = None) -> pd.DataFrame:
-    """One request stream of ``n`` requests (see the module docstring). ``batch1_s[v]`` (batch-1
-    latency per variant, s) is needed for ``slo.rule: factor`` and for ``workload.load``."""
+    """One request stream of ``n`` requests (see the module docstring). ``batch1_s``: the dense
+    latency table ``lat[v, b]`` (s) or its batch-1 column, needed for ``slo.rule: factor`` and
+    for ``workload.load`` (:func:`offered_rate`)."""
     w = {**w, "rate": offered_rate(w, settings, batch1_s)}
+    if batch1_s is not None and np.ndim(batch1_s) == 2:
+        batch1_s = np.asarray(batch1_s)[:, 1]
     rng = np.random.default_rng(seed)
     arrival, tokens = _arrivals(w, n, rng, part)
     mix = w.get("mix", {})
@@ -164,8 +262,7 @@ def generate_stream(w: dict[str, Any], settings: ServingSettings, n: int, seed: 
         idx, p = _mix(mix.get(key) or {known[0]: 1.0}, known, f"mix.{key}")
         cols[key] = idx[rng.choice(len(p), n, p=p)]
     if tokens is not None:
-        per = float(w.get("tokens_per_sample", 1024))
-        size = np.clip(np.ceil(tokens / per), 1, int(w.get("max_request_size", 8))).astype(np.int64)
+        size = _token_sizes(tokens, w)
     else:
         size = np.full(n, int(w.get("request_size", 1)), dtype=np.int64)
     slo = slo_seconds(w.get("slo", {}), settings, cols["classes"],
