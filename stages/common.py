@@ -50,7 +50,7 @@ def apply_tuned(cfg: DictConfig) -> None:
         raise HybridschedError(f"{path}: does not fit the config ({str(e).splitlines()[0]})") from None
 
 
-def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any:
+def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple[str, ...] = (), hint: str = "") -> Any:
     """Look the workload's kind up in the registry and call its ``stage`` function (or call
     ``stage(run)`` itself, for a stage outside the kind interface); bad input ends the process
     with ``error: ...`` and exit code 1.
@@ -59,7 +59,8 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
     jobs never overwrite the DVC outputs or each other), the kind builds its inputs in memory,
     and the stage's result (a DataFrame or a dict of metrics) is saved there as
     ``result.json`` for the sweep's comparison table (stages/multirun.py).  With
-    ``use_tuned``, the tuned values are applied first.
+    ``use_tuned``, the tuned values are applied first.  ``hint`` is appended to an error line
+    (the check stage says how to get back after a refused ``dvc exp run``).
     """
     from hybridsched.kinds import get_kind
     from hybridsched.kinds.base import Run
@@ -79,7 +80,7 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
                 raise HybridschedError(f"workload.kind {run.kind!r}: this kind has no {stage!r} step")
             result = fn(run)
     except HybridschedError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{hint}", file=sys.stderr)
         sys.exit(1)
     if job is not None:
         from hydra.core.hydra_config import HydraConfig
