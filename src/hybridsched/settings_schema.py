@@ -427,7 +427,7 @@ SCHEMA: dict[str, Rule] = {
     "nodes.reference_model": Text(),
     # serving
     "serving.models.*": POS_INT,
-    "serving.backends": Names(lambda cfg: ["torch", "onnx"], "backend"),
+    "serving.backends": Names(None, "backend"),  # any runtime a given table has (clockwork_v100: tvm)
     "serving.precisions": Names(lambda cfg: ["fp32", "fp16"], "precision"),
     "serving.classes": Names(lambda cfg: ["interactive", "batch"], "class"),
     "serving.lanes": POS_INT,

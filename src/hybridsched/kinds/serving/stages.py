@@ -87,6 +87,21 @@ def check_config(run: Run) -> None:
     generate_stream(w, s, 2, int(w.get("seed", 0)), batch1_s=np.ones(s.n_variants))
     for spec in run.policy_specs().values():
         instantiate(spec)
+    if s.latency_table != "measured":  # the measured one is the profile stage's output, made later
+        check_latency_table(s, w)
+
+
+def check_latency_table(s: ServingSettings, w: dict[str, Any]) -> np.ndarray | None:
+    """A given latency table (a file, or a published one) is read and checked against the mix
+    and ``serving.max_batch`` now, before the profile stage measures for minutes; the measured
+    table is checked where it is read (it does not exist before the profile stage).  Returns
+    the dense table (None for ``measured`` when the profile has not written it)."""
+    from hybridsched.kinds.serving.latency import dense_latency, read_table, table_source
+    from hybridsched.kinds.serving.workload import mix_variants
+
+    if s.latency_table == "measured" and not Path(s.profile_path).is_file():
+        return None
+    return dense_latency(read_table(s), s, mix_variants(w, s), str(table_source(s)))
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -114,7 +129,11 @@ def generate(run: Run) -> dict[str, Any]:
     s = settings_of(run)
     w = run.cfg["workload"]
     needs_table = (w.get("slo") or {}).get("rule") == "factor" or w.get("rate") is None  # factor SLOs, load
-    lat, _ = _tables(run, s) if needs_table else (None, None)
+    # the mix's variants checked against the table first: a missing model or batch is named
+    # as such, not as a missing batch-1 latency of the load
+    lat = check_latency_table(s, w) if needs_table else None
+    if needs_table and lat is None:
+        lat, _ = _tables(run, s)
     b1 = None if lat is None else lat[:, 1]
     train, test = generate_splits(w, s, b1)
     with atomic_dir(run.workload_dir) as tmp:
