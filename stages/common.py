@@ -72,6 +72,11 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
     try:
         apply_tuned(cfg)
         run = Run(cfg=as_dict(cfg), in_memory=job is not None, policy=cfg.get("policy"))
+        # every stage checks every setting first (milliseconds), so a stage run by hand, or a
+        # worker it starts, never meets a bad value the check stage would have refused
+        from hybridsched.settings_schema import check_settings
+
+        check_settings(run.cfg)
         if callable(stage):
             result = stage(run)
         else:

@@ -590,12 +590,30 @@ def leaves(cfg: Config, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield key, v
 
 
+def kind_settings() -> dict[str, Rule]:
+    """The rules kinds added outside this table declare: a kind's stages module may define
+    ``SETTINGS`` (pattern -> rule) for its own settings (docs/adding-a-kind.md).  Imported
+    only when a setting is not in :data:`SCHEMA`."""
+    import importlib
+
+    from hybridsched.kinds import KINDS
+
+    out: dict[str, Rule] = {}
+    for module in KINDS.values():
+        out.update(getattr(importlib.import_module(module), "SETTINGS", None) or {})
+    return out
+
+
 def check_settings(cfg: Config) -> None:
     """Refuse, with one line, the first setting that is unknown or out of its declared range."""
+    extra: dict[str, Rule] | None = None
     for key, value in leaves(cfg):
         if key == "workload.test" and value == {}:
             continue  # no test-split overrides
         rule = rule_for(key)
+        if rule is None:
+            extra = kind_settings() if extra is None else extra
+            rule = next((r for p, r in extra.items() if _match(key, p)), None)
         if rule is None:
             raise HybridschedError(f"{key}: unknown setting (no stage reads it); known here: {', '.join(known_here(key))}")
         rule(key, value, cfg)
@@ -670,3 +688,17 @@ def check_run(run: Any) -> None:
 
     check_settings(run.cfg)
     get_kind(run.kind).check_config(run)
+
+
+def check_files(cfg: Config, keys: tuple[str, ...]) -> None:
+    """Each dotted setting in ``keys`` names an existing file; else one line naming that setting
+    (``fgd.pod_list``, not the cluster kind's ``workload.path``, which it resembles)."""
+    from pathlib import Path
+
+    for key in keys:
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if not node or not Path(str(node)).is_file():
+            raise HybridschedError(f"{key}: file {show(node)} not found (the public traces are under paths.traces "
+                                   f"or $HYBRIDSCHED_TRACES, see docs/traces.md)")
