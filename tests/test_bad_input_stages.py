@@ -84,3 +84,57 @@ def test_a_killed_runs_temp_folders_are_removed_by_the_next_run(tmp_path):
     assert live.exists()
     assert (target / "x").read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "workload"])
+
+
+def test_generate_refuses_a_plus_added_key(tmp_path):
+    """`python -m stages.generate +workload.rte=5` exited 0 and ignored the key: every stage now
+    checks every setting first (issue 20)."""
+    r = _stage("generate", "+workload.rte=5", f"hydra.run.dir={tmp_path}", f"paths.workload_dir={tmp_path / 'w'}",
+               f"paths.metrics_dir={tmp_path / 'm'}")
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: workload.rte: unknown setting (no stage reads it); "), r.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def _in_process(stage, *overrides: str):
+    """Run ``stage`` through stages.common.run_stage in this process: (exit code, stderr line)."""
+    from stages.common import run_stage
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=["tracking.enabled=false", *overrides])
+    with pytest.raises(SystemExit) as e:
+        run_stage(stage, cfg)
+    return e.value.code
+
+
+def test_generate_refuses_text_for_time_compression(tmp_path, capsys):
+    """`workload.time_compression=fast` raised ValueError in generate (issue 26, 5)."""
+    code = _in_process("generate", "workload=alibaba_gpu_2023", "workload.time_compression=fast",
+                       f"paths.workload_dir={tmp_path / 'w'}", f"paths.metrics_dir={tmp_path / 'm'}")
+    assert code == 1
+    assert capsys.readouterr().err.strip() == "error: workload.time_compression: must be a number > 0, got 'fast'"
+    assert not (tmp_path / "w").exists()
+
+
+def test_fgd_atc23_refuses_a_bad_coverage_before_its_workers_start(tmp_path, capsys):
+    """`fgd.policies.fgd.coverage=2` raised in the worker processes, with their tracebacks."""
+    from stages.fgd_atc23 import fgd_atc23
+
+    code = _in_process(fgd_atc23, "fgd.policies.fgd.coverage=2", f"paths.metrics_dir={tmp_path}")
+    assert code == 1
+    assert capsys.readouterr().err.strip() == "error: fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"
+    assert not list(tmp_path.iterdir())
+
+
+def test_fgd_atc23_names_fgd_pod_list_when_it_is_missing(tmp_path, capsys):
+    """It named workload.path, the cluster kind's setting."""
+    from stages.fgd_atc23 import fgd_atc23
+
+    missing = tmp_path / "nope.csv"
+    code = _in_process(fgd_atc23, f"fgd.pod_list={missing}", f"paths.metrics_dir={tmp_path / 'm'}")
+    assert code == 1
+    line = capsys.readouterr().err.strip().removeprefix("error: ").replace(str(missing), "FILE")
+    assert line == ("fgd.pod_list: file 'FILE' not found (the public traces are under paths.traces or "
+                    "$HYBRIDSCHED_TRACES, see docs/traces.md)")
+    assert_documented(line)
