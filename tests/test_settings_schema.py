@@ -113,7 +113,7 @@ BAD = [
     (["workload.rate=abc"], "workload.rate: must be a number > 0, got 'abc'"),
     (["workload.rate=null"], "workload.rate: must be a number > 0, got None"),
     (["+workload.test.rate=-1"], "workload.test.rate: must be a number > 0, got -1"),
-    (["sim.policies.machine=[eft,eft]"], "sim.policies.machine: a machine policy is listed twice in ['eft', 'eft']"),
+    (["sim.policies.machine=[eft,eft]"], "sim.policies.machine: a machine policy name is listed twice in ['eft', 'eft']"),
 ]
 
 

@@ -329,9 +329,9 @@ SCHEMA: dict[str, Rule] = {
     "sim.bound_lp.rho": Num(ge=1),
     "sim.bound_lp.max_levels": POS_INT,
     "sim.bound_lp.max_variables": Num(ge=1, integer=True, null=True),
-    "sim.policies.machine": Names(_policies("machine"), "machine policy"),
-    "sim.policies.cluster": Names(_policies("cluster"), "cluster policy"),
-    "sim.policies.serving": Names(_policies("serving"), "serving policy"),
+    "sim.policies.machine": Names(_policies("machine"), "machine policy name"),
+    "sim.policies.cluster": Names(_policies("cluster"), "cluster policy name"),
+    "sim.policies.serving": Names(_policies("serving"), "serving policy name"),
     # rf
     "rf.model": Choice(("random_forest", "xgboost")),
     "rf.model_dir": PATH,
@@ -421,7 +421,7 @@ SCHEMA: dict[str, Rule] = {
     "load_sweep.lp": FLAG,
     "load_sweep.seed": SEED,
     "load_sweep.out": PATH,
-    "load_sweep.policies": Names(_policies("machine"), "machine policy", null=True),
+    "load_sweep.policies": Names(_policies("machine"), "machine policy name", null=True),
     # nodes (cluster kind)
     "nodes.gavel_path": PATH,
     "nodes.reference_model": Text(),
@@ -465,7 +465,7 @@ SCHEMA: dict[str, Rule] = {
     "serving.real.duration_s": POS,
     "serving.real.rate": POS,
     "serving.real.lanes": POS_INT,
-    "serving.real.policies": Names(_policies("serving"), "serving policy"),
+    "serving.real.policies": Names(_policies("serving"), "serving policy name"),
     "serving.real.mix": lambda key, value, cfg: _real_mix(key, value, cfg),
     # fgd: the FGD paper's fragmentation experiment (stages/fgd_atc23.py)
     "fgd.pod_list": PATH,
