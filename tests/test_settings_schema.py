@@ -128,6 +128,14 @@ def test_check_refuses_each_bad_setting_with_its_documented_line(monkeypatch, ov
     assert_documented(message)
 
 
+def test_a_test_split_mix_is_checked_like_the_workload_mix():
+    cfg = compose_run("workload=serving", "+workload.test.mix={models: {resnet18: 1.0}}").cfg
+    check_settings(cfg)
+    cfg["workload"]["test"]["mix"]["models"] = {"resnet18": 0.5}
+    with pytest.raises(HybridschedError, match=r"workload.test.mix.models: shares must sum to 1, got 0.5"):
+        check_settings(cfg)
+
+
 def test_memory_check_passes_the_default_sizes(monkeypatch):
     """The estimate refuses only what cannot fit: the default run fits in 1 GiB."""
     monkeypatch.setenv("HYBRIDSCHED_MEMORY_BYTES", str(2**30))

@@ -584,7 +584,8 @@ def leaves(cfg: Config, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted key, value) of every setting: a non-dict, an empty dict, or a whole-checked dict."""
     for k, v in cfg.items():
         key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict) and v and key not in WHOLE and not key.startswith("hydra"):
+        whole = (key.replace("workload.test.", "workload.", 1) if key.startswith("workload.test.") else key) in WHOLE
+        if isinstance(v, dict) and v and not whole and not key.startswith("hydra"):
             yield from leaves(v, key)
         elif not key.startswith("hydra"):
             yield key, v
