@@ -296,7 +296,7 @@ SCHEMA: dict[str, Rule] = {
     "workload.split.test_fraction": OPEN_UNIT,
     "workload.split.column": Text(null=True),
     "workload.time_compression": POS,
-    "workload.max_tasks": Num(ge=2, integer=True, null=True),
+    "workload.max_tasks": Num(ge=1, integer=True, null=True),
     "workload.untimed_duration_s": Num(gt=0, null=True),
     "workload.test_fraction": OPEN_UNIT,
     "workload.nodes.path": PATH,
@@ -404,7 +404,7 @@ SCHEMA: dict[str, Rule] = {
     # tune
     "tune.target": Text(),
     "tune.n_trials": POS_INT,
-    "tune.n_jobs": Num(ge=1, integer=True),
+    "tune.n_jobs": Num(integer=True),  # -1: every core (Optuna)
     "tune.objectives": Names(None, "metric"),
     "tune.pruning": FLAG,
     "tune.seed": SEED,
@@ -449,7 +449,7 @@ SCHEMA: dict[str, Rule] = {
     "serving.profile.fit_batches": Nums(POS_INT, min_len=0),
     "serving.profile.warmup": NONNEG_INT,
     "serving.profile.repeats": POS_INT,
-    "serving.profile.threads": POS_INT,
+    "serving.profile.threads": NONNEG_INT,
     "serving.predictor.model": Choice(("random_forest", "gradient_boosting")),
     "serving.predictor.n_estimators": POS_INT,
     "serving.predictor.test_batches": Nums(POS_INT, min_len=0),
