@@ -81,10 +81,10 @@ BAD = [
     (["fgd.policies.fgd.coverage=2"], "fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"),
     # issues 20 and 26: sizes that cannot fit in memory, refused before allocating
     (["workload.n_test=100000000"],
-     "workload.n_test=100000000: needs about 2607.7 GiB of memory, more than the 16.0 GiB available; "
+     "workload.n_test=100000000: needs about 437.7 GiB of memory, more than the 16.0 GiB available; "
      "use a smaller value or sim.stream.enabled=true"),
     (["workload=serving", "serving.max_batch=100000000"],
-     "serving.max_batch=100000000: needs about 35.8 GiB of memory, more than the 16.0 GiB available; "
+     "serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 16.0 GiB available; "
      "use a smaller value"),
     # issue 26, 1: policy parameters have declared ranges
     (["policies.machine.random.gpu_fractions=[0.0]"],

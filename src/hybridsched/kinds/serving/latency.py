@@ -86,7 +86,7 @@ def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.nda
     """``lat[v, b]`` in seconds for b = 0..max_batch (column 0 unused, NaN for variants absent
     from the table). ``needed`` (variant indices) must be fully covered, else one-line error."""
     nb = settings.max_batch + 1
-    out = np.full((settings.n_variants, nb), np.nan)
+    fill = []  # (variant, batches, ms): every check passes before the (variants x max_batch) table is allocated
     grouped = {k: g for k, g in table.groupby(["model", "backend", "precision"])}
     for v in range(settings.n_variants):
         key = settings.variant_names(v)
@@ -108,7 +108,10 @@ def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.nda
                 raise HybridschedError(f"{source}: the rows of {key} stop at batch {int(b[-1])}, below serving.max_batch "
                                        f"{settings.max_batch} (the table must reach it; or lower serving.max_batch)")
             continue
-        sizes = np.arange(1, nb)
+        fill.append((v, b, ms))
+    out = np.full((settings.n_variants, nb), np.nan)
+    sizes = np.arange(1, nb)
+    for v, b, ms in fill:
         out[v, 1:] = np.maximum.accumulate(np.interp(sizes, b, ms)) / 1000.0
     return out
 
