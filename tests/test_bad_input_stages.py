@@ -8,7 +8,6 @@ import errno
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
