@@ -13,13 +13,33 @@ from omegaconf import DictConfig
 
 from stages.common import check_group_options, run_stage
 
+# Said after a refusal under `dvc exp run -S ...` (the stage reads params.yaml): DVC has
+# already written the refused value into params.yaml and deleted this stage's output, so every
+# later `dvc repro` would fail too until both are restored (docs/bad-input.md, "Getting back").
+GET_BACK = ("; params.yaml keeps the refused value: `git checkout params.yaml metrics` "
+            "(or `dvc exp apply` of a good experiment) restores the last committed settings")
+
+
+def refusal_hint() -> str:
+    """:data:`GET_BACK` when this run reads params.yaml (DVC's stages), else nothing."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return GET_BACK if HydraConfig.initialized() and HydraConfig.get().job.config_name == "params" else ""
+
+
+def check_and_record(run) -> None:  # noqa: ANN001 (a hybridsched.kinds.base.Run)
+    """Check every setting, then write the stage's output (inside run_stage, so an unwritable
+    metrics/ is one line too)."""
+    from hybridsched.io import write_json
+    from hybridsched.settings_schema import check_run
+
+    check_run(run)
+    write_json(run.metrics_dir / "config_check.json", {"ok": True})
+
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    run_stage("check_config", cfg)
-    from hybridsched.io import write_json
-
-    write_json(cfg.paths.metrics_dir + "/config_check.json", {"ok": True})
+    run_stage(check_and_record, cfg, hint=refusal_hint())
     print(f"check: the {cfg.workload.kind} kind's settings are valid")
 
 

@@ -50,7 +50,7 @@ def apply_tuned(cfg: DictConfig) -> None:
         raise HybridschedError(f"{path}: does not fit the config ({str(e).splitlines()[0]})") from None
 
 
-def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple[str, ...] = ()) -> Any:
+def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple[str, ...] = (), hint: str = "") -> Any:
     """Look the workload's kind up in the registry and call its ``stage`` function (or call
     ``stage(run)`` itself, for a stage outside the kind interface); bad input ends the process
     with ``error: ...`` and exit code 1.
@@ -59,7 +59,8 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
     jobs never overwrite the DVC outputs or each other), the kind builds its inputs in memory,
     and the stage's result (a DataFrame or a dict of metrics) is saved there as
     ``result.json`` for the sweep's comparison table (stages/multirun.py).  With
-    ``use_tuned``, the tuned values are applied first.
+    ``use_tuned``, the tuned values are applied first.  ``hint`` is appended to an error line
+    (the check stage says how to get back after a refused ``dvc exp run``).
     """
     from hybridsched.kinds import get_kind
     from hybridsched.kinds.base import Run
@@ -71,6 +72,11 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
     try:
         apply_tuned(cfg)
         run = Run(cfg=as_dict(cfg), in_memory=job is not None, policy=cfg.get("policy"))
+        # every stage checks every setting first (milliseconds), so a stage run by hand, or a
+        # worker it starts, never meets a bad value the check stage would have refused
+        from hybridsched.settings_schema import check_settings
+
+        check_settings(run.cfg)
         if callable(stage):
             result = stage(run)
         else:
@@ -79,7 +85,15 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
                 raise HybridschedError(f"workload.kind {run.kind!r}: this kind has no {stage!r} step")
             result = fn(run)
     except HybridschedError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e}{hint}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a read-only metrics/ (or a full disk) is the user's setup, not a bug: one line
+        print(f"error: {e.filename}: cannot write ({e.strerror})", file=sys.stderr)
         sys.exit(1)
     if job is not None:
         from hydra.core.hydra_config import HydraConfig
@@ -91,7 +105,101 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
 
 def check_group_options(argv: list[str], conf: Path = Path(__file__).resolve().parents[1] / "conf") -> None:
     """An unknown option of a config group (``experiment=tiyn``) ends the process with one line
-    listing the known options, before Hydra prints its page of search paths."""
+    listing the known options, before Hydra prints its page of search paths.  Also (every stage
+    calls this before ``main()``): Hydra's own errors become one line (:func:`one_line_hydra_errors`)
+    and a multirun sweep is checked whole before its first job runs (:func:`check_sweep`)."""
+    one_line_hydra_errors()
+    _check_group_options(argv, conf)
+    check_sweep(argv, conf)
+
+
+def hydra_error_line(e: BaseException) -> str:
+    """Hydra's / OmegaConf's multi-line error as one line: each message line that is not an
+    indented detail, the causes' first lines too, without the HYDRA_FULL_ERROR advice."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        for line in str(e).splitlines():
+            line = line.strip()
+            if line and not line.startswith(("full_key:", "object_type=", "reference_type=", "See https://",
+                                             "Set the environment variable HYDRA_FULL_ERROR")) and line not in parts:
+                parts.append(line.rstrip("."))
+        e = e.__cause__  # type: ignore[assignment]
+    return "; ".join(parts)
+
+
+def one_line_hydra_errors() -> None:
+    """Make a bad override (``workload.rte=5``, ``workload.rate=[1,2``) end the process with
+    ``error: ...`` on one line and exit code 1, instead of Hydra's five lines.  Hydra re-raises
+    its errors with HYDRA_FULL_ERROR=1; an exception hook prints those in one line and leaves
+    every other exception's traceback as it was."""
+    import os
+
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):  # type: ignore[no-untyped-def]
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        if isinstance(value, HydraException | OmegaConfBaseException):
+            print(f"error: {hydra_error_line(value)}", file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+def check_sweep(argv: list[str], conf: Path) -> None:
+    """With ``-m``, compose every job of the sweep (comma lists of the overrides) and check its
+    settings and policy name before the first job runs: ``-m policy=eft,nosuch`` used to run
+    eft and then fail.  Sweeps of the Optuna sweeper (ranges) and other config dirs are left
+    to Hydra."""
+    import itertools
+
+    if not {"-m", "--multirun"} & set(argv) or any(a in ("-cp", "-cn", "--config-path", "--config-name")
+                                                     or a.startswith(("-cp=", "-cn=", "--config")) for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hybridsched.errors import HybridschedError
+    from hybridsched.kinds.base import Run
+    from hybridsched.settings_schema import check_settings
+
+    args = [a for a in argv if not a.startswith("-") and "=" in a and not a.startswith("hydra")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(args)
+    except Exception:
+        return  # a syntax error: Hydra reports it (in one line) when main() starts
+    choices = []
+    for o in parsed:
+        if o.is_sweep_override():
+            if not o.is_discrete_sweep():
+                return  # a range for the Optuna sweeper
+            choices.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([o.input_line])
+    jobs = list(itertools.product(*choices))
+    if len(jobs) < 2:
+        return
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        for job in jobs:
+            try:
+                cfg = as_dict(compose(config_name="config", overrides=list(job)))
+                check_settings(cfg)
+                Run(cfg=cfg, policy=cfg.get("policy")).policy_names()
+            except HybridschedError as e:
+                print(f"error: sweep job {' '.join(job)}: {e} (nothing of the sweep ran)", file=sys.stderr)
+                sys.exit(1)
+            except Exception as e:  # a composition error: Hydra's, in one line
+                print(f"error: sweep job {' '.join(job)}: {hydra_error_line(e)} (nothing of the sweep ran)",
+                      file=sys.stderr)
+                sys.exit(1)
+
+
+def _check_group_options(argv: list[str], conf: Path) -> None:
     for arg in argv:
         group, sep, option = arg.lstrip("+~").partition("=")
         folder = conf / group

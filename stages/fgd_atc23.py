@@ -15,7 +15,9 @@ from stages.common import check_group_options, run_stage
 def fgd_atc23(run: Run) -> dict:
     """Every policy x seed of the protocol; metrics/fgd_atc23*.{json,csv,md}, plots/fgd_atc23_*."""
     from hybridsched.kinds.cluster.fgd_protocol import run_experiment
+    from hybridsched.settings_schema import check_files
 
+    check_files(run.cfg, ("fgd.pod_list", "fgd.node_list"))  # before any worker starts
     summary = run_experiment(run.cfg["fgd"], run.metrics_dir)
     for row in summary["at"]:
         print(f"fgd_atc23: x = {row['x']:>3}%  fgd {row['fgd_unallocated_gpus']:7.1f} unallocated GPUs vs "

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds import KINDS, get_kind, register
 from hybridsched.kinds.base import STAGES, Run
+from hybridsched.settings_schema import check_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,6 +61,7 @@ def test_a_toy_kind_added_by_the_documented_steps_runs_generate_simulate_evaluat
             cfg = compose("config", overrides=["workload=toy", f"paths.workload_dir={tmp_path / 'w'}",
                                                f"paths.traces_dir={tmp_path / 't'}", f"paths.metrics_dir={tmp_path / 'm'}"])
         run = Run(cfg=OmegaConf.to_container(cfg, resolve=True))
+        check_settings(run.cfg)  # its own settings declared (toy_kind.SETTINGS), the rest from the table
         kind = get_kind(run.kind)
         for stage in ("generate", "simulate", "evaluate"):
             getattr(kind, stage)(run)

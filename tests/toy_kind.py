@@ -13,7 +13,13 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import compare
 from hybridsched.io import atomic_dir, write_frame, write_json
+from hybridsched import settings_schema
 from hybridsched.kinds.base import Run, instantiate
+
+
+# the toy kind's own settings, for the check stage (docs/adding-a-kind.md, "Declare your settings")
+SETTINGS = {"toy.servers": settings_schema.POS_INT, "workload.n": settings_schema.Num(ge=2, integer=True),
+            "sim.policies.toy": settings_schema.Names(lambda cfg: list(cfg["policies"]["toy"]), "toy policy")}
 
 
 class Fifo:

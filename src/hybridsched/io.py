@@ -104,6 +104,35 @@ def without_timings(obj: Any) -> Any:
     return obj
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_stale_temp_dirs(target: Path) -> list[Path]:
+    """Remove the temp folders a killed run of :func:`atomic_dir` left beside ``target``
+    (``.workload.tmp-PID-*`` whose process is gone, and the older unnamed ``.workload.XXXXXXXX``);
+    a live run's folder is left alone.  Returns what was removed."""
+    import re
+    import shutil
+
+    removed = []
+    named = re.compile(rf"^\.{re.escape(target.name)}\.tmp-(\d+)-")
+    legacy = re.compile(rf"^\.{re.escape(target.name)}\.[A-Za-z0-9_]{{8}}$")  # mkdtemp's 8 characters
+    for p in target.parent.glob(f".{target.name}.*"):
+        m = named.match(p.name)
+        stale = (m is not None and not _pid_alive(int(m.group(1)))) or (m is None and legacy.match(p.name) is not None)
+        if stale and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a fresh temp folder beside ``path``; it replaces ``path`` only if the block succeeds."""
@@ -111,7 +140,8 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    remove_stale_temp_dirs(target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700
     try:
         yield tmp

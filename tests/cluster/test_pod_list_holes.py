@@ -226,3 +226,12 @@ def test_an_empty_split_is_refused_by_the_reader_and_validate(tmp_path: Path) ->
     (tmp_path / "nodes.csv").write_text(NODES)
     report = validate_pod_files({"test": path}, read_node_list(tmp_path / "nodes.csv"))
     assert report["success"] is False and "0 tasks" in failure_summary(report)
+
+
+def test_a_gpu_spec_naming_an_unknown_model_has_its_own_reason(tmp_path: Path) -> None:
+    """Issue 26: it was dropped as fits_no_sampled_node, like a pod the sample cannot hold."""
+    rows = [*GOOD, "pod-u,1000,1024,1,500,A100X99,BE,Running,150,400,160",
+            "pod-y,99000,1024,1,500,,BE,Running,150,400,160"]
+    _, _, _, rep = load_workload(workload(tmp_path, write(tmp_path, rows)))
+    assert rep["dropped"]["unknown_gpu_model"] == 1 and rep["dropped"]["fits_no_sampled_node"] == 1
+    assert_report_adds_up(rep)

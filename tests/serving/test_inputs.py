@@ -69,8 +69,8 @@ def test_real_azure_trace_replays_at_the_target_rate():
 
 def test_profile_table_missing_a_batch_the_workload_needs():
     table = linear_table(S, batches=(1, 2, 4, 8, 16))  # no row at or above max_batch 128
-    with pytest.raises(HybridschedError, match=r"prof.csv: \(model, backend, precision, batch\) \('resnet18', 'torch', "
-                                               r"'fp32', 128\) missing"):
+    with pytest.raises(HybridschedError, match=r"prof.csv: the rows of \('resnet18', 'torch', "
+                                               r"'fp32'\) stop at batch 16, below serving.max_batch 128"):
         dense_latency(table, S, np.array([0]), "prof.csv")
     with pytest.raises(HybridschedError, match="no rows for"):
         dense_latency(table[table["model"] != "vit_b16"], S, np.array([S.n_variants - 1]), "prof.csv")

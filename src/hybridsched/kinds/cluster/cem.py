@@ -144,7 +144,13 @@ class CEMPolicy(ScoredEFT):
         path = Path(self.model_dir) / MODEL_FILE
         if not path.is_file():
             raise HybridschedError(f"cem: {path} not found (run the train_cem stage on this workload)")
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a truncated or overwritten file
+            raise HybridschedError(f"{path}: not a valid model file ({type(e).__name__} at char "
+                                   f"{getattr(e, 'pos', getattr(e, 'start', '?'))}); rerun the train_cem stage") from None
+        if not isinstance(doc, dict):
+            raise HybridschedError(f"{path}: not a model (a JSON object with kind, node, queue); rerun the train_cem stage")
         if doc.get("kind") != "cluster":
             raise HybridschedError(f"cem: {path} holds weights for kind {doc.get('kind')!r}, not 'cluster' "
                                    f"(run train_cem on this workload)")

@@ -250,8 +250,8 @@ def read_pod_trace(path: str | Path, time_compression: float = 1.0, max_tasks: i
         gpu_spec=spec[rows],
         trace_wait=wait[rows].astype(np.float64),
     )
-    if keep_pods is not None:
-        reason, test = keep_pods
+    # one (reason, test) pair, or several applied in order (each counts only what it drops)
+    for reason, test in ([keep_pods] if keep_pods and isinstance(keep_pods[0], str) else list(keep_pods or [])):
         ok = np.asarray(test(pods), dtype=bool)
         report.dropped[reason] = int((~ok).sum())
         rows, pods = rows[ok], pods.subset(np.flatnonzero(ok))

@@ -20,8 +20,10 @@ from hybridsched.kinds.cluster.trace import (
     NodeTable,
     PodTable,
     chronological_split,
+    GPU_SPEC_SEP,
     read_node_list,
     read_pod_trace,
+    sample_nodes,
 )
 from hybridsched.devices import Cluster
 from hybridsched.errors import WorkloadError
@@ -33,6 +35,11 @@ from hybridsched.progress import progress
 SPLITS = ("train", "test")
 
 
+def known_gpu_models(pods: PodTable, known: set[str]) -> np.ndarray:
+    """(n,) bool: every GPU model the pod's ``gpu_spec`` names is one of ``known`` (empty: any)."""
+    return np.array([not s or set(str(s).split(GPU_SPEC_SEP)) <= known for s in pods.gpu_spec.tolist()], dtype=bool)
+
+
 def load_workload(workload: dict) -> tuple[PodTable, PodTable, NodeTable, dict[str, Any]]:
     """Import the pod trace and node list, drop pods no sampled node can ever hold (counted as
     ``fits_no_sampled_node``), split chronologically: ``(train, test, nodes, report)``, nothing
@@ -40,11 +47,16 @@ def load_workload(workload: dict) -> tuple[PodTable, PodTable, NodeTable, dict[s
     node_cfg = workload.get("nodes") or {}
     if "path" not in node_cfg:
         raise WorkloadError("workload.nodes.path: missing (the node list CSV of the trace)")
-    nodes = read_node_list(node_cfg["path"], node_cfg.get("sample"))
+    every_node = read_node_list(node_cfg["path"])
+    nodes = sample_nodes(every_node, **node_cfg["sample"]) if node_cfg.get("sample") else every_node
     untimed = workload.get("untimed_duration_s")
+    # a gpu_spec naming a GPU model no node of the trace has (a typo, another trace's model) is
+    # its own reason, not lost among the pods the sample cannot hold
+    known = set(every_node.model.astype(str)) - {""}
     pods, report = read_pod_trace(workload["path"], float(workload.get("time_compression", 1.0)),
                                   workload.get("max_tasks"), untimed,
-                                  keep_pods=("fits_no_sampled_node", lambda p: fits_some_node(p, nodes)))
+                                  keep_pods=[("unknown_gpu_model", lambda p: known_gpu_models(p, known)),
+                                             ("fits_no_sampled_node", lambda p: fits_some_node(p, nodes))])
     if not report.timed and untimed is None:
         raise WorkloadError(f"{workload['path']}: no time columns ({', '.join(POD_TIME_COLUMNS)}), so no pod has "
                             f"a duration; set workload.untimed_duration_s (seconds every pod runs) to use it")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hybridsched.kinds.machine.bounds_lp import LPSettings, lp_lower_bound
+from hybridsched.kinds.machine.bounds_lp import LPSettings, estimate_variables, lp_lower_bound
 from hybridsched.devices import Cluster, Realization
 from hybridsched.kinds.machine.workload import TaskTable
 
@@ -67,6 +67,16 @@ def lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
     t0 = a[0]
     solo = float(np.mean(ef - tasks.arrival))
     lp_mean, lp_s = float("nan"), 0.0
+    if lp is not None and lp.max_variables is not None:
+        horizon = float(ef.max() - (ef - d).min()) + float(work.sum())
+        size = estimate_variables(len(tasks), horizon, float(np.median(d)), lp)
+        if size > lp.max_variables:
+            print(f"LP bound skipped: about {size:,} variables for {len(tasks):,} tasks, more than "
+                  f"sim.bound_lp.max_variables {lp.max_variables:,}; the bound is the solo bound (raise the "
+                  f"limit to run it)", flush=True)
+            lp = None
+        else:
+            print(f"LP bound: {len(tasks):,} tasks, about {size:,} variables ...", flush=True)
     if lp is not None:
         res = lp_lower_bound(tasks, cluster, realization, ready=ef - d, best_alone=d, settings=lp)
         lp_mean, lp_s = res.mean_latency, res.solve_s

@@ -261,6 +261,8 @@ def simulate(run: Run) -> pd.DataFrame:
     policies = run.build_policies()
     for name, policy in policies.items():
         check_dispatch(run.cfg["sim"], name, policy)
+    for policy in policies.values():  # trained models first: a broken one fails before the LP bound
+        getattr(policy, "load", lambda: None)()
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
     bound = asdict(lower_bound(tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])))
     print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "

@@ -61,14 +61,32 @@ def read_table(settings: ServingSettings) -> pd.DataFrame:
     batch = pd.to_numeric(df["batch"], errors="coerce")
     bad = ~(np.isfinite(lat) & (lat > 0) & np.isfinite(batch) & (batch >= 1))
     if bad.any():
+        from hybridsched.settings_schema import show
+
         r = df[bad].iloc[0]
-        raise HybridschedError(f"{path}: row {int(np.flatnonzero(bad.to_numpy())[0])} has batch {r['batch']!r} and "
-                               f"latency_ms {r['latency_ms']!r}; need batch >= 1 and latency > 0")
+        raise HybridschedError(f"{path}: row {int(np.flatnonzero(bad.to_numpy())[0])} has batch {show(r['batch'])} and "
+                               f"latency_ms {show(r['latency_ms'])}; need batch >= 1 and latency > 0")
     df = df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
     if "lanes" in df.columns:  # a profile as served: the simulator uses the rows of the most lanes
         most = df.groupby(["model", "backend", "precision"])["lanes"].transform("max")
         df = df[df["lanes"] == most]
+    if settings.latency_table != "measured":
+        check_not_decreasing(df, path)
     return df
+
+
+def check_not_decreasing(df: pd.DataFrame, path: Path | str) -> None:
+    """A given table whose latency falls as the batch grows is refused (a typo, or columns
+    swapped): the simulator would smooth it away silently.  The profile stage's own table is
+    made non-decreasing instead (:func:`dense_latency`), as its measurements carry noise."""
+    for key, g in df.groupby(["model", "backend", "precision"]):
+        ms = g.groupby("batch")["latency_ms"].median().sort_index()
+        drop = np.flatnonzero(np.diff(ms.to_numpy()) < 0)
+        if len(drop):
+            i = int(drop[0])
+            b0, b1 = int(ms.index[i]), int(ms.index[i + 1])
+            raise HybridschedError(f"{path}: latency of {tuple(key)} decreases from batch {b0} ({float(ms.iloc[i]):g} ms) "
+                                   f"to batch {b1} ({float(ms.iloc[i + 1]):g} ms); a larger batch cannot be faster")
 
 
 def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.ndarray | None = None,
@@ -76,25 +94,32 @@ def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.nda
     """``lat[v, b]`` in seconds for b = 0..max_batch (column 0 unused, NaN for variants absent
     from the table). ``needed`` (variant indices) must be fully covered, else one-line error."""
     nb = settings.max_batch + 1
-    out = np.full((settings.n_variants, nb), np.nan)
+    fill = []  # (variant, batches, ms): every check passes before the (variants x max_batch) table is allocated
     grouped = {k: g for k, g in table.groupby(["model", "backend", "precision"])}
     for v in range(settings.n_variants):
         key = settings.variant_names(v)
         g = grouped.get(key)
         needs = needed is None or v in set(np.asarray(needed).tolist())
+        key = tuple(str(k) for k in key)
         if g is None:
             if needs and needed is not None:
-                raise HybridschedError(f"{source}: no rows for (model, backend, precision) {key}, which the workload uses")
+                raise HybridschedError(f"{source}: no rows for (model, backend, precision) {key}, which the workload uses "
+                                       f"(workload.mix)")
             continue
         g = g.groupby("batch")["latency_ms"].median().sort_index()
         b, ms = g.index.to_numpy(), g.to_numpy()
         if b[0] != 1 or b[-1] < settings.max_batch:
             if needs and needed is not None:
-                want = 1 if b[0] != 1 else settings.max_batch
-                raise HybridschedError(f"{source}: (model, backend, precision, batch) {(*key, want)} missing; the "
-                                       f"workload needs batches 1..{settings.max_batch} (serving.max_batch)")
+                if b[0] != 1:
+                    raise HybridschedError(f"{source}: (model, backend, precision, batch) {(*key, 1)} missing; the "
+                                           f"workload needs batches 1..{settings.max_batch} (serving.max_batch)")
+                raise HybridschedError(f"{source}: the rows of {key} stop at batch {int(b[-1])}, below serving.max_batch "
+                                       f"{settings.max_batch} (the table must reach it; or lower serving.max_batch)")
             continue
-        sizes = np.arange(1, nb)
+        fill.append((v, b, ms))
+    out = np.full((settings.n_variants, nb), np.nan)
+    sizes = np.arange(1, nb)
+    for v, b, ms in fill:
         out[v, 1:] = np.maximum.accumulate(np.interp(sizes, b, ms)) / 1000.0
     return out
 

@@ -65,6 +65,21 @@ def check_config(run: Run) -> None:
     from hybridsched.kinds.serving.cem import ServingCEMSettings
 
     ServingCEMSettings.from_dict(run.cfg.get("cem", {}).get("serving"))  # what train_cem trains on
+    if s.latency_table != "measured":  # the measured one is the profile stage's output, made later
+        check_latency_table(s, w)
+
+
+def check_latency_table(s: ServingSettings, w: dict[str, Any]) -> np.ndarray | None:
+    """A given latency table (a file, or a published one) is read and checked against the mix
+    and ``serving.max_batch`` now, before the profile stage measures for minutes; the measured
+    table is checked where it is read (it does not exist before the profile stage).  Returns
+    the dense table (None for ``measured`` when the profile has not written it)."""
+    from hybridsched.kinds.serving.latency import dense_latency, read_table, table_source
+    from hybridsched.kinds.serving.workload import mix_variants
+
+    if s.latency_table == "measured" and not Path(s.profile_path).is_file():
+        return None
+    return dense_latency(read_table(s), s, mix_variants(w, s), str(table_source(s)))
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -94,6 +109,8 @@ def generate(run: Run) -> dict[str, Any]:
     s = settings_of(run)
     w = run.cfg["workload"]
     needs_table = (w.get("slo") or {}).get("rule") == "factor" or w.get("rate") is None  # factor SLOs, load
+    if needs_table:  # the mix's variants checked against the table first: a missing model or batch is named
+        check_latency_table(s, w)
     lat, _ = _tables(run, s) if needs_table else (None, None)
     train, test = generate_splits(w, s, lat)
     with atomic_dir(run.workload_dir) as tmp:

@@ -48,6 +48,22 @@ def _mix(d: dict[str, float], known: list[str] | tuple[str, ...], setting: str) 
     return np.array([list(known).index(n) for n in names]), p / p.sum()
 
 
+def mix_variants(w: dict[str, Any], settings: ServingSettings) -> np.ndarray:
+    """The variant indices a workload's mix draws (share > 0), in the train and the test split,
+    so the latency table is checked for exactly those before anything is generated."""
+    out: set[int] = set()
+    for part in (w, {**w, **(w.get("test") or {})}):
+        mix = part.get("mix", {}) or {}
+        idx = []
+        for key, known in (("models", settings.model_names), ("backends", settings.backends),
+                           ("precisions", settings.precisions)):
+            i, prob = _mix(mix.get(key) or {known[0]: 1.0}, known, f"mix.{key}")
+            idx.append(i[prob > 0])
+        m, b, q = np.meshgrid(*idx, indexing="ij")
+        out.update(int(v) for v in np.ravel(settings.variant(m, b, q)))
+    return np.array(sorted(out), dtype=np.int64)
+
+
 def read_arrival_trace(path: str | Path, time_column: str, size_column: str | None) -> tuple[np.ndarray, np.ndarray | None]:
     """(arrival seconds from the first row, token counts or None) of an arrival file. Timestamps may
     be datetimes or numbers; non-numeric/unparseable or unsorted ones are a one-line error."""

@@ -43,6 +43,10 @@ class Policy:
     # be cut into chunks (prepare() per chunk) with the same result (see kinds/machine/stream.py)
     streamable: ClassVar[bool] = False
 
+    def load(self) -> None:
+        """Read any trained model now (ModelFileError if unusable): simulate calls this for every
+        policy before the lower bound, so a broken model file fails in seconds, not after the LP."""
+
     def prepare(self, tasks: TaskTable, cluster: Cluster, X: np.ndarray) -> None:
         """Batched work before the run (e.g. predict all run times at once)."""
         self.n_gpus = cluster.n_gpus

@@ -157,6 +157,9 @@ class DQNPolicy(Policy):
         self.reward_sum += float(rewards.sum())
         self.n_rewards += len(rows)
 
+    def load(self) -> None:
+        self._load()
+
     def _load(self):
         if self._model is None:
             from hybridsched.kinds.machine.dqn import load_model  # torch: only when the policy is used

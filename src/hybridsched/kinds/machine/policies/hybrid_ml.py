@@ -177,6 +177,9 @@ class HybridML(Policy):
                 warnings.warn(f"{self.name}: {self._model.warning}", stacklevel=2)
         return self._model
 
+    def load(self) -> None:
+        self.model  # noqa: B018 (the property reads the file)
+
     @property
     def warning(self) -> str | None:
         """The fallback warning of the model (None when it learned something)."""

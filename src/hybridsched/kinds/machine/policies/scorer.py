@@ -138,6 +138,9 @@ class CEMScorer(WeightedEFT):
         self.grid = fraction_grid(fraction_step)
         self._model = model  # read at prepare(), so a config check never needs the trained file
 
+    def load(self) -> None:
+        self._load()
+
     def _load(self) -> dict[str, Any]:
         if self._model is None:
             self._model = load_model(self.model_dir)
@@ -176,4 +179,15 @@ def load_model(model_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         why = " (train_cem skipped: see skipped.json there)" if (Path(model_dir) / "skipped.json").is_file() else ""
         raise HybridschedError(f"cem policy: no trained model at {path}{why}; run the train_cem stage")
-    return json.loads(path.read_text())
+    try:
+        model = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a truncated or overwritten file
+        raise HybridschedError(f"{path}: not a valid model file ({type(e).__name__} at char "
+                               f"{getattr(e, 'pos', getattr(e, 'start', '?'))}); rerun the train_cem stage") from None
+    base_keys = ("alpha", "beta_cpu", "beta_gpu", "beta_transfer", "gamma", "backlog_s", "kappa")
+    missing = [k for k in ("base", "lin") if not isinstance(model, dict) or k not in model]
+    missing += [f"base.{k}" for k in base_keys if isinstance(model, dict) and isinstance(model.get("base"), dict)
+                and k not in model["base"]]
+    if missing:
+        raise HybridschedError(f"{path}: model lacks key(s) {', '.join(missing)}; rerun the train_cem stage")
+    return model
