@@ -62,12 +62,22 @@ def schedule_hash(trace) -> str:
     return h.hexdigest()
 
 
+def workload_hash(inp, cluster) -> str:
+    """sha256 of what the schedule depends on (so a mismatch tells a changed workload from a
+    changed schedule)."""
+    h = hashlib.sha256()
+    for a in (inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, inp.allowed, inp.run_time, cluster.node_model,
+              cluster.gpu_cap, cluster.nodes.cpu_milli, cluster.nodes.memory_mib):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 def hashes() -> dict[str, dict[str, str]]:
     out = {}
     for wname, n, factor in WORKLOADS:
         train, test, cluster = workload(n, factor)
         inp = run_inputs(test, cluster)
-        out[wname] = {}
+        out[wname] = {"_workload": workload_hash(inp, cluster)}
         for pname, make in POLICIES.items():
             pol = make()
             pol.name = pname
