@@ -87,24 +87,32 @@ def _less(a1, a2, an, b1, b2, bn):  # pragma: no cover - compiled
 
 @njit(cache=True, inline="always")
 def _pull(k1, k2, ndm, ct, s, x):  # pragma: no cover - compiled
+    """Entry ``x`` from its children; False when it did not change (its ancestors need no update)."""
     a, b = 2 * x, 2 * x + 1
     if _less(k1[s, b], k2[s, b], ndm[s, b], k1[s, a], k2[s, a], ndm[s, a]):
         a = b
-    k1[s, x], k2[s, x], ndm[s, x] = k1[s, a], k2[s, a], ndm[s, a]
-    ct[s, x] = ct[s, 2 * x] + ct[s, 2 * x + 1]
+    c = ct[s, 2 * x] + ct[s, 2 * x + 1]
+    if k1[s, x] == k1[s, a] and k2[s, x] == k2[s, a] and ndm[s, x] == ndm[s, a] and ct[s, x] == c:
+        return False
+    k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = k1[s, a], k2[s, a], ndm[s, a], c
+    return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _set_leaf(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
     """Class slot ``s``'s leaf of node ``nd`` (task ``i`` is of that class)."""
     k1, k2, ndm, ct, gl = cx[_K1], cx[_K2], cx[_ND], cx[_CT], cx[_GL]
     x = k1.shape[1] // 2 + cx[_SLOT_OF][nd]
     if fits(i, nd, st):
         v1, v2, g = keyfn(i, nd, st, pd)
-        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = v1, v2, nd, 1
         if gl.shape[0] > 1 or gl.shape[1] > 1:
             gl[s, nd] = g
+        if k1[s, x] == v1 and k2[s, x] == v2 and ct[s, x] == 1:
+            return 0  # unchanged (random's leaves change only when the fit does)
+        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = v1, v2, nd, 1
     else:
+        if ct[s, x] == 0 and ndm[s, x] == _EMPTY:
+            return 0
         k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = np.inf, np.inf, _EMPTY, 0
     return x
 
@@ -135,9 +143,8 @@ def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
             if seen[nd] == tk:
                 continue
             seen[nd] = tk
-            x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1
-            while x >= 1:
-                _pull(k1, k2, ndm, ct, s, x)
+            x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1  # 0: the leaf did not change
+            while x >= 1 and _pull(k1, k2, ndm, ct, s, x):
                 x >>= 1
     ptr[s] = tot
 

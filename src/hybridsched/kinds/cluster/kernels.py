@@ -493,12 +493,13 @@ def _indexed(policy) -> Kernel | None:
     from hybridsched.kinds.cluster import policies as P
 
     ints = np.zeros(1, dtype=np.int64)
-    cls, inp, cluster = type(policy), policy.inp, policy.cluster
+    cls = type(policy)
+    if cls is P.Random and policy.random_gpus:
+        return None
+    inp, cluster = policy.inp, policy.cluster
     if cls is P.BestFit:
         return Kernel(CI.choose_best_fit, INDEXED, (np.zeros(0), CI.build(inp, cluster)), ints)
     if cls is P.Random:
-        if policy.random_gpus:
-            return None
         return Kernel(CI.choose_random, INDEXED, (policy.rng, CI.build(inp, cluster)), ints)
     if cls in (P.EarliestFinishTime, P.Oracle):
         return Kernel(CI.choose_table, INDEXED, (_table(policy), CI.build(inp, cluster, "model")), ints)
