@@ -16,7 +16,7 @@ import numpy as np
 
 from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.engine import simulate
-from hybridsched.kinds.cluster.nodes import NodeCluster, run_inputs
+from hybridsched.kinds.cluster.nodes import NodeCluster, fits_some_node, run_inputs
 from hybridsched.kinds.cluster.speeds import speed_table
 from hybridsched.kinds.cluster.trace import read_node_list, read_pod_trace
 
@@ -35,20 +35,29 @@ POLICIES = {"first_fit": P.NodePolicy, "round_robin": P.RoundRobin, "random": la
             "eft": P.EarliestFinishTime, "oracle": P.Oracle}
 
 
+def _resample(pods, nodes, n: int, n_base_nodes: int, seed: int):
+    """``benchmarks.bench_cluster.resample`` as of fbbdd13, copied so that the fixed workloads do
+    not move when the benchmark does: ``n`` pods drawn with replacement, arrivals from the
+    trace's gaps, ``n_base_nodes`` nodes per 8,152 pods."""
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(pods), n, replace=True))
+    out = pods.subset(rows)
+    gaps = np.diff(pods.arrival, prepend=pods.arrival[0])
+    out.arrival = np.cumsum(rng.choice(gaps, n, replace=True))
+    out.task_id = np.arange(n, dtype=np.int64)
+    n_nodes = max(n_base_nodes, int(round(n_base_nodes * n / len(pods))))
+    sample = nodes.subset(rng.choice(len(nodes), n_nodes, replace=True))
+    sample.name = np.array([f"{s}#{j}" for j, s in enumerate(sample.name)], dtype=object)
+    keep = fits_some_node(out, sample)
+    return out.subset(np.flatnonzero(keep)), sample
+
+
 def workload(n: int, node_factor: float, seed: int = 0):
     """``n`` pods resampled from the Alibaba trace, as benchmarks.bench_cluster does, on
-    ``node_factor`` times its node count."""
-    from benchmarks.bench_cluster import BASE_NODES, resample
-    import benchmarks.bench_cluster as B
-
+    ``node_factor`` times its node count (16 nodes per 8,152 pods)."""
     pods, _ = read_pod_trace(ALIBABA / "openb_pod_list_default.csv", 3.0)
     nodes = read_node_list(ALIBABA / "openb_node_list_all_node.csv")
-    old = B.BASE_NODES
-    B.BASE_NODES = max(4, int(round(BASE_NODES * node_factor)))
-    try:
-        test, sample = resample(pods, nodes, n, seed)
-    finally:
-        B.BASE_NODES = old
+    test, sample = _resample(pods, nodes, n, max(4, int(round(16 * node_factor))), seed)
     models = sorted({str(m) for m in sample.model if m != ""})
     cluster = NodeCluster.build(sample, speed_table(GAVEL, models, "G2"))
     return pods, test, cluster
