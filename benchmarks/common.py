@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 import tracemalloc
@@ -10,6 +11,34 @@ from pathlib import Path
 from typing import Any
 
 from hybridsched.io import write_json
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # not on this platform
+        return None
+
+
+LOAD_AT_START = _load_average()  # taken when a benchmark imports this module, before its runs
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """Where a benchmark ran: CPU model, logical cores, load average (1, 5, 15 min) at its start
+    and at the end: timings on a shared machine are only comparable within one run."""
+    return {"platform": platform.platform(), "cpu_model": cpu_model(), "cores": os.cpu_count(),
+            "load_average_at_start": LOAD_AT_START, "load_average_at_end": _load_average()}
 
 
 def measure(fn: Callable[[], Any]) -> tuple[float, float]:
@@ -24,11 +53,14 @@ def measure(fn: Callable[[], Any]) -> tuple[float, float]:
 
 
 def report(name: str, rows: list[dict[str, Any]], notes: dict[str, Any] | None = None) -> Path:
-    """Print rows as a table and save them to metrics/<name>.json."""
+    """Print rows as a table and the machine, and save both to metrics/<name>.json."""
     import pandas as pd
 
     print(pd.DataFrame(rows).to_string(index=False))
+    where = machine()
+    print(f"machine: {where['cpu_model']}, {where['cores']} cores, load average at start {where['load_average_at_start']}"
+          f", at end {where['load_average_at_end']}")
     out = Path("metrics") / f"{name}.json"
-    write_json(out, {"machine": platform.platform(), "python": platform.python_version(), **(notes or {}), "rows": rows})
+    write_json(out, {"machine": where, "python": platform.python_version(), **(notes or {}), "rows": rows})
     print(f"saved {out}")
     return out

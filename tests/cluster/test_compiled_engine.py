@@ -117,3 +117,14 @@ def test_fgd_without_the_score_memo_gives_the_same_trace(monkeypatch):
 
     monkeypatch.setattr(kernels, "FGD_MEMO_ENTRIES", 0)
     test_compiled_trace_equals_python_trace_on_the_real_trace("fgd")
+
+
+@needs_traces
+@pytest.mark.parametrize("name", ["best_fit", "random", "eft", "fgd"])
+def test_classes_outside_the_index_budget_take_the_scan(monkeypatch, name):
+    """With no room for any class tree (``class_index.INDEX_ENTRIES`` = 0) every arrival takes
+    the scan fallback inside the indexed kernels, and the trace is still the Python loop's."""
+    from hybridsched.kinds.cluster import class_index
+
+    monkeypatch.setattr(class_index, "INDEX_ENTRIES", 0)
+    test_compiled_trace_equals_python_trace_on_the_real_trace(name)

@@ -36,6 +36,10 @@ from hybridsched.heap import heap_push as _heap_push
 # kernel chooses), the first, the first from round robin's next node on, or greedy's least
 # loaded one (the kernel then sees only that node)
 ALL, FIRST, NEXT_FROM, LEAST_LOADED = 0, 1, 2, 3
+# ... or the choice kernel finds the node itself (``choose(i, cand, -1, st, pd)``: its demand
+# class's feasibility index, ``class_index.py``)
+INDEXED = 4
+CLASS_INDEX = True  # best_fit, random, eft, oracle and fgd use ``class_index`` (False: the scan)
 # slots of the integer scalars ``ints`` (round robin's next node)
 _RR_NEXT = 0
 
@@ -245,10 +249,11 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
     N = cpu_free.shape[0]
     G = gpu_free.shape[1]
     M = allowed.shape[1]
-    st = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version)
     tr = NI.new(N, G, node_model, gpu_cap)
     for nd in range(N):
         NI.leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli)
+    st = (k, p, cpu, gpu_free, cpu_free, has_gpu, gpu_cap, cpu_milli, node_model, version, tr, mem, mem_free,
+          allowed)
     stack = np.empty(NI._MAX_DEPTH, dtype=np.int64)
     # running tasks: (end, id) heap
     ht = np.empty(n + 1)
@@ -329,8 +334,9 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
                     active[a] = active[n_active]
                     active_pos[active[a]] = a
                     active_pos[c] = -1
-                hn = _start(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model, cpu_free,
-                            mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn)
+                hn = _start(choose, pd, st, i, cand, nc, -1, False, t, cpu, mem, k, p, run_time, node_model,
+                            cpu_free, mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick,
+                            tr, ht, hi, hn)
                 if hn < 0:
                     return -1 - i
         else:
@@ -342,7 +348,14 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
                 if allowed[i, j]:
                     bits |= np.int64(1) << j
             ki, pi, ci, mi = k[i], p[i], cpu[i], mem[i]
-            if mode == LEAST_LOADED:
+            gi = -1  # INDEXED: the chosen node is cand[0], pinned GPU gi
+            if mode == INDEXED:
+                pos, gi = choose(i, cand, -1, st, pd)
+                nc = 0
+                if pos >= 0:
+                    cand[0] = cand[pos]
+                    nc = 1
+            elif mode == LEAST_LOADED:
                 nc = 0
                 nd = NI.least_loaded(tr, bits, ki, pi, ci, mi, stack)
                 if nd >= 0:
@@ -357,8 +370,9 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
             else:
                 nc = NI.search(tr, N, bits, ki, pi, ci, mi, 0, N, cand, stack)
             if nc > 0:
-                hn = _start(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model, cpu_free,
-                            mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn)
+                hn = _start(choose, pd, st, i, cand, nc, gi, mode == INDEXED, t, cpu, mem, k, p, run_time, node_model,
+                            cpu_free, mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick,
+                            tr, ht, hi, hn)
                 if hn < 0:
                     return -1 - i
             else:
@@ -373,13 +387,19 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
 
 
 @njit
-def _start(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model, cpu_free,
+def _start(choose, pd, st, i, cand, nc, gi, indexed, t, cpu, mem, k, p, run_time, node_model, cpu_free,
            mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn):
-    """Start task ``i`` at ``t`` on the node the choice kernel picks among ``cand[:nc]``: place it,
-    update the node index and push its completion on the (end, id) heap.  Returns the heap's
-    new size, or -1 when the kernel chose an invalid position or GPU."""
-    if _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
-              cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
+    """Start task ``i`` at ``t`` on the node the choice kernel picks among ``cand[:nc]`` (``indexed``:
+    the class index already chose ``cand[0]`` with pinned GPU ``gi``): place it, update the node
+    index and push its completion on the (end, id) heap.  Returns the heap's new size, or -1 when
+    the kernel chose an invalid position or GPU."""
+    if indexed:
+        err = _commit(0, gi, i, cand, 1, t, cpu, mem, k, p, run_time, node_model,
+                      cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
+    else:
+        err = _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                     cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
+    if err:
         return -1
     NI.leaf(tr, node_of[i], cpu_free, mem_free, gpu_free, cpu_milli)
     return _heap_push(ht, hi, hn, end[i], i)
@@ -391,6 +411,15 @@ def _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
     """Take the kernel's node and GPUs for task ``i`` and update the state arrays; True when the
     kernel's choice is invalid."""
     pos, g = choose(i, cand, nc, st, pd)
+    return _commit(pos, g, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+                   cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick)
+
+
+@njit
+def _commit(pos, g, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
+            cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
+    """Start task ``i`` at ``t`` on ``cand[pos]`` (GPU ``g`` pinned, -1: best fit); True if the
+    choice is invalid."""
     if pos < 0 or pos >= nc:
         return True
     nd = cand[pos]
@@ -444,22 +473,52 @@ def kernel_for(policy) -> Kernel | None:
         return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints)
     if cls is P.Greedy:
         return Kernel(_choose_greedy, LEAST_LOADED, none, ints)
+    if CLASS_INDEX and cls in (P.BestFit, P.Random, P.EarliestFinishTime, P.Oracle, P.FragmentationGradientDescent):
+        ix = _indexed(policy)
+        if ix is not None:
+            return ix
     if cls is P.BestFit:
         return Kernel(_choose_best_fit, ALL, none, ints)
     if cls is P.Random and not policy.random_gpus:
         return Kernel(_choose_random, ALL, (policy.rng,), ints)
     if cls in (P.EarliestFinishTime, P.Oracle):
-        if cls is P.Oracle:
-            table = policy.inp.run_time
-        else:  # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
-            speed = policy.cluster.model_speed()
-            table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
-        table = np.ascontiguousarray(table, dtype=np.float64)
-        return Kernel(_choose_table, ALL, (table,), ints)
+        return Kernel(_choose_table, ALL, (_table(policy),), ints)
     if cls is P.FragmentationGradientDescent:
         return Kernel(_choose_fgd, ALL, _fgd_data(policy), ints)
     own = getattr(cls, "kernel", None)  # a policy's own compiled choice (e.g. cem.ScoredEFT)
     return own(policy) if own is not None else None
+
+
+def _table(policy) -> np.ndarray:
+    """EFT's and the oracle's per-(task, GPU model) first key: estimated or true run time."""
+    from hybridsched.kinds.cluster import policies as P
+
+    if type(policy) is P.Oracle:
+        table = policy.inp.run_time
+    else:  # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
+        speed = policy.cluster.model_speed()
+        table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
+    return np.ascontiguousarray(table, dtype=np.float64)
+
+
+def _indexed(policy) -> Kernel | None:
+    """The per-demand-class feasibility index form (``class_index.py``) of best_fit, random
+    (without ``random_gpus``), eft, oracle and fgd."""
+    from hybridsched.kinds.cluster import class_index as CI
+    from hybridsched.kinds.cluster import policies as P
+
+    ints = np.zeros(1, dtype=np.int64)
+    cls = type(policy)
+    if cls is P.Random and policy.random_gpus:
+        return None
+    inp, cluster = policy.inp, policy.cluster
+    if cls is P.BestFit:
+        return Kernel(CI.choose_best_fit, INDEXED, (np.zeros(0), CI.build(inp, cluster)), ints)
+    if cls is P.Random:
+        return Kernel(CI.choose_random, INDEXED, (policy.rng, CI.build(inp, cluster)), ints)
+    if cls in (P.EarliestFinishTime, P.Oracle):
+        return Kernel(CI.choose_table, INDEXED, (_table(policy), CI.build(inp, cluster, "model")), ints)
+    return Kernel(CI.choose_fgd, INDEXED, _fgd_data(policy) + (CI.build(inp, cluster, pinned_gpu=True),), ints)
 
 
 FGD_MEMO_ENTRIES = 20_000_000  # memoised (shape, node) scores at most (3 arrays of this many entries)

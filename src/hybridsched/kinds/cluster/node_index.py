@@ -48,13 +48,18 @@ def new(n_nodes, n_gpu_slots, node_model, gpu_cap):  # pragma: no cover - compil
     for x in range(size - 1, 0, -1):
         bits[x] = bits[2 * x] | bits[2 * x + 1]
         cnt[x] = cnt[2 * x] + cnt[2 * x + 1]
-    return (hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, cap)
+    # every node change, in order (a ring; ``class_index`` replays it per demand class)
+    log = np.zeros(2 * n_nodes + 64, dtype=np.int64)
+    logn = np.zeros(1, dtype=np.int64)
+    return (hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, cap, log, logn)
 
 
 @njit(cache=True)
 def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli):  # pragma: no cover - compiled
     """Refresh node ``nd``'s leaf and its ancestors after its free resources changed."""
-    hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, cap = tr
+    hi_cpu, hi_mem, hi_gpu, lo_cpu, lo_mem, lo_gpu, bits, cnt, load_gpu, load_cpu, cap, log, logn = tr
+    log[logn[0] % log.shape[0]] = nd
+    logn[0] += 1
     size = cnt.shape[0] // 2
     x = size + nd
     hi_cpu[x] = lo_cpu[x] = cpu_free[nd]

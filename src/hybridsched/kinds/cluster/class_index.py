@@ -1,0 +1,317 @@
+"""A feasibility index per demand class for the compiled cluster loop (``kernels.run_loop``).
+
+Tasks of one demand class (equal CPU, memory, GPU count, GPU share and allowed models) fit the
+same nodes, and best fit's, EFT's, the oracle's and FGD's keys of a node are the same for all
+of them.  So each class keeps a min tree over the nodes whose leaf is that class's exact key of
+the node - ``(key1, key2, node)`` compared lexicographically, or empty where the class does not
+fit - and a count of the fitting nodes under each entry.  An arrival then reads its node from
+the root (best fit, FGD), from one range per GPU model (EFT, oracle: ``table[i, model]`` is the
+first key, so the nodes are laid out by (model, node)), or draws a position among the fitting
+nodes and walks down the counts (random): O(log nodes) instead of a scan over every fitting node.
+
+The answer is the plain scan's, to the bit: the leaf keys are computed by the same expressions
+as the scanning kernels, and the scan keeps the first node (lowest index) of the least
+``(key1, key2)``, which is the lexicographic minimum of ``(key1, key2, node)``.
+
+Updates are lazy: ``node_index.leaf`` appends every changed node to a log (``tr[11]``), and a
+class replays the log since its last query when it is next asked (each node once), or rebuilds
+its tree when more nodes changed than it has.  Classes beyond a memory budget (the rarest ones)
+take the scan.  Tests: tests/cluster/test_golden_schedules.py (schedules equal main's before
+this index) and tests/cluster/test_compiled_engine.py (equal to the Python loop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from hybridsched.kinds.cluster import kernels as K
+from hybridsched.kinds.cluster import node_index as NI
+from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
+
+_EMPTY = 1 << 62  # the node of an empty entry: after every real node
+INDEX_ENTRIES = 8_000_000  # tree entries over all indexed classes at most (~29 bytes each)
+
+# slots of ``cx``, the index's arrays (see ``build``)
+(_DEMAND, _SLOT, _BITS, _K1, _K2, _ND, _CT, _GL, _PTR, _SLOT_OF, _NODE_AT, _MSTART, _SEEN, _TOKEN) = range(14)
+
+
+def build(inp, cluster, node_order: str = "node", pinned_gpu: bool = False) -> tuple:
+    """The index arrays for a run: per task its class, per class its tree slot (-1: not indexed,
+    the rarest classes beyond ``INDEX_ENTRIES``) and model bits; ``node_order`` "model" lays the
+    leaves out by (GPU model, node) for per-model range queries; ``pinned_gpu`` keeps a GPU per
+    (class, node) leaf (FGD's choice)."""
+    allowed = np.ascontiguousarray(inp.allowed)
+    demand, n_demand = K.demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
+    n_nodes = cluster.n_nodes
+    size = 1
+    while size < n_nodes:
+        size *= 2
+    counts = np.bincount(demand, minlength=n_demand)
+    n_ix = min(n_demand, INDEX_ENTRIES // (2 * size))
+    slot = np.full(n_demand, -1, dtype=np.int64)
+    slot[np.argsort(-counts, kind="stable")[:n_ix]] = np.arange(n_ix)
+    bits = np.zeros(n_demand, dtype=np.int64)
+    first = np.zeros(n_demand, dtype=np.int64)
+    first[demand[::-1]] = np.arange(len(demand))[::-1]  # a task of each class
+    for j in range(allowed.shape[1]):
+        bits |= allowed[first, j].astype(np.int64) << j
+    model = np.asarray(cluster.node_model, dtype=np.int64)
+    n_models = int(model.max()) + 1 if n_nodes else 1
+    if node_order == "model":
+        node_at = np.argsort(model, kind="stable").astype(np.int64)
+        mstart = np.searchsorted(model[node_at], np.arange(n_models + 1)).astype(np.int64)
+    else:
+        node_at = np.arange(n_nodes, dtype=np.int64)
+        mstart = np.array([0, n_nodes], dtype=np.int64)
+    slot_of = np.empty(n_nodes, dtype=np.int64)
+    slot_of[node_at] = np.arange(n_nodes)
+    node_at = np.concatenate([node_at, np.full(size - n_nodes, -1, dtype=np.int64)])
+    return (demand, slot, bits, np.full((n_ix, 2 * size), np.inf), np.full((n_ix, 2 * size), np.inf),
+            np.full((n_ix, 2 * size), _EMPTY, dtype=np.int64), np.zeros((n_ix, 2 * size), dtype=np.int32),
+            np.full((n_ix, n_nodes) if pinned_gpu else (1, 1), -1, dtype=np.int64),
+            np.full(n_ix, -1, dtype=np.int64), slot_of, node_at, mstart,
+            np.zeros(max(n_nodes, 1), dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
+def fits(i, nd, st):  # pragma: no cover - compiled
+    """``kernels._fits`` on the loop's state tuple."""
+    return K._fits(i, nd, st[0], st[1], st[2], st[11], st[13], st[8], st[4], st[12], st[3])
+
+
+@njit(cache=True, inline="always")
+def _less(a1, a2, an, b1, b2, bn):  # pragma: no cover - compiled
+    return a1 < b1 or (a1 == b1 and (a2 < b2 or (a2 == b2 and an < bn)))
+
+
+@njit(cache=True, inline="always")
+def _pull(k1, k2, ndm, ct, s, x):  # pragma: no cover - compiled
+    """Entry ``x`` from its children; False when it did not change (its ancestors need no update)."""
+    a, b = 2 * x, 2 * x + 1
+    if _less(k1[s, b], k2[s, b], ndm[s, b], k1[s, a], k2[s, a], ndm[s, a]):
+        a = b
+    c = ct[s, 2 * x] + ct[s, 2 * x + 1]
+    if k1[s, x] == k1[s, a] and k2[s, x] == k2[s, a] and ndm[s, x] == ndm[s, a] and ct[s, x] == c:
+        return False
+    k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = k1[s, a], k2[s, a], ndm[s, a], c
+    return True
+
+
+@njit(cache=True, inline="always")
+def _set_leaf(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
+    """Class slot ``s``'s leaf of node ``nd`` (task ``i`` is of that class)."""
+    k1, k2, ndm, ct, gl = cx[_K1], cx[_K2], cx[_ND], cx[_CT], cx[_GL]
+    x = k1.shape[1] // 2 + cx[_SLOT_OF][nd]
+    if fits(i, nd, st):
+        v1, v2, g = keyfn(i, nd, st, pd)
+        if gl.shape[0] > 1 or gl.shape[1] > 1:
+            gl[s, nd] = g
+        if k1[s, x] == v1 and k2[s, x] == v2 and ct[s, x] == 1:
+            return 0  # unchanged (random's leaves change only when the fit does)
+        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = v1, v2, nd, 1
+    else:
+        if ct[s, x] == 0 and ndm[s, x] == _EMPTY:
+            return 0
+        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = np.inf, np.inf, _EMPTY, 0
+    return x
+
+
+@njit(cache=True)
+def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
+    """Bring class slot ``s``'s tree up to date with the node changes logged since its last query."""
+    k1, k2, ndm, ct = cx[_K1], cx[_K2], cx[_ND], cx[_CT]
+    ptr, node_at, seen, token = cx[_PTR], cx[_NODE_AT], cx[_SEEN], cx[_TOKEN]
+    log, logn = st[10][11], st[10][12]
+    size = k1.shape[1] // 2
+    n_nodes = seen.shape[0]
+    tot = logn[0]
+    p0 = ptr[s]
+    if p0 < 0 or tot - p0 >= min(n_nodes, log.shape[0]):
+        for slot in range(size):
+            nd = node_at[slot]
+            if nd >= 0:
+                _set_leaf(keyfn, cx, s, nd, i, st, pd)
+        for x in range(size - 1, 0, -1):
+            _pull(k1, k2, ndm, ct, s, x)
+    else:
+        token[0] += 1
+        tk = token[0]
+        cap = log.shape[0]
+        for e in range(p0, tot):
+            nd = log[e % cap]
+            if seen[nd] == tk:
+                continue
+            seen[nd] = tk
+            x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1  # 0: the leaf did not change
+            while x >= 1 and _pull(k1, k2, ndm, ct, s, x):
+                x >>= 1
+    ptr[s] = tot
+
+
+@njit(cache=True)
+def range_min(cx, s, lo, hi):  # pragma: no cover - compiled
+    """The least ``(key1, key2, node)`` over leaf slots ``[lo, hi)`` of class slot ``s``."""
+    k1, k2, ndm = cx[_K1], cx[_K2], cx[_ND]
+    size = k1.shape[1] // 2
+    b1, b2, bn = np.inf, np.inf, _EMPTY
+    lo += size
+    hi += size
+    while lo < hi:
+        if lo & 1:
+            if _less(k1[s, lo], k2[s, lo], ndm[s, lo], b1, b2, bn):
+                b1, b2, bn = k1[s, lo], k2[s, lo], ndm[s, lo]
+            lo += 1
+        if hi & 1:
+            hi -= 1
+            if _less(k1[s, hi], k2[s, hi], ndm[s, hi], b1, b2, bn):
+                b1, b2, bn = k1[s, hi], k2[s, hi], ndm[s, hi]
+        lo >>= 1
+        hi >>= 1
+    return b1, b2, bn
+
+
+@njit(cache=True)
+def nth(cx, s, r):  # pragma: no cover - compiled
+    """The node of the ``r``-th fitting leaf (0-based, in leaf order) of class slot ``s``."""
+    ct, node_at = cx[_CT], cx[_NODE_AT]
+    size = ct.shape[1] // 2
+    x = 1
+    while x < size:
+        if r < ct[s, 2 * x]:
+            x = 2 * x
+        else:
+            r -= ct[s, 2 * x]
+            x = 2 * x + 1
+    return node_at[x - size]
+
+
+@njit(cache=True)
+def scan_candidates(cx, i, cand, st):  # pragma: no cover - compiled
+    """Every node that fits task ``i``, in node order, into ``cand`` (the unindexed classes' way,
+    as ``run_loop``'s ALL mode asks ``node_index.search``); returns how many."""
+    k, p, cpu = st[0], st[1], st[2]
+    tr = st[10]
+    n_nodes = cx[_SEEN].shape[0]
+    stack = np.empty(NI._MAX_DEPTH, dtype=np.int64)
+    return NI.search(tr, n_nodes, cx[_BITS][cx[_DEMAND][i]], k[i], p[i], cpu[i], st[11][i], 0, n_nodes, cand, stack)
+
+
+# --- keys of a node for a class (the scanning kernels' expressions) and the choice kernels ------
+# A choice kernel here is a ``kernels`` choice kernel that also answers ``nc == -1``: an arrival
+# (``run_loop``'s INDEXED mode) - it writes its node to ``cand[pos]`` and returns ``(pos, gpu)``,
+# or ``(-1, -1)`` when no node fits.  With ``nc >= 0`` (a queue pass over released nodes) it is
+# the scanning kernel.  ``cx`` is the last entry of ``pd``.
+
+
+@njit(cache=True)
+def _key_left(i, nd, st, pd):  # pragma: no cover - compiled
+    return K._left_after(i, nd, st), 0.0, -1
+
+
+@njit(cache=True)
+def _key_zero(i, nd, st, pd):  # pragma: no cover - compiled
+    return 0.0, 0.0, -1
+
+
+@njit(cache=True)
+def _key_fgd(i, nd, st, pd):  # pragma: no cover - compiled
+    """``kernels._choose_fgd``'s (score, left after, GPU) of one node, with its caches."""
+    cpu, gpu_free, cpu_free, node_model, version = st[2], st[3], st[4], st[8], st[9]
+    tk, tp, tcpu, tallow, tw, cnt, lt, frag, stat_ver = pd[0], pd[1], pd[2], pd[3], pd[4], pd[5], pd[6], pd[7], pd[8]
+    shape, shape_k, shape_p, memo_d, memo_g, memo_v, cnt2, lt2, taken = (pd[9], pd[10], pd[11], pd[12], pd[13],
+                                                                          pd[14], pd[15], pd[16], pd[17])
+    s = shape[i]
+    kk, pp = shape_k[s], shape_p[s]
+    memo = s < memo_d.shape[0]
+    if memo and memo_v[s, nd] == version[nd]:
+        v1, g = memo_d[s, nd], memo_g[s, nd]
+    else:
+        if stat_ver[nd] != version[nd]:
+            _node_stat_one(nd, gpu_free, cpu_free, node_model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
+            stat_ver[nd] = version[nd]
+        v1, g = _fgd_one(nd, gpu_free, cpu_free, node_model, cnt, lt, frag, cpu[i], kk, pp, tk, tp, tcpu,
+                         tallow, tw, cnt2, lt2, taken)
+        if memo:
+            memo_d[s, nd], memo_g[s, nd], memo_v[s, nd] = v1, g, version[nd]
+    return v1, K._left_after(i, nd, st), g
+
+
+@njit(cache=True)
+def choose_best_fit(i, cand, nc, st, pd):  # pragma: no cover - compiled
+    if nc >= 0:
+        return K._choose_best_fit(i, cand, nc, st, pd)
+    cx = pd[1]
+    s = cx[_SLOT][cx[_DEMAND][i]]
+    if s < 0:
+        nc = scan_candidates(cx, i, cand, st)
+        return K._choose_best_fit(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
+    refresh(_key_left, cx, s, i, st, pd)
+    if cx[_CT][s, 1] == 0:
+        return -1, -1
+    cand[0] = cx[_ND][s, 1]
+    return 0, -1
+
+
+@njit(cache=True)
+def choose_random(i, cand, nc, st, pd):  # pragma: no cover - compiled
+    """``Random``: one draw among the fitting nodes in node order, as ``kernels._choose_random``."""
+    if nc >= 0:
+        return K._choose_random(i, cand, nc, st, pd)
+    cx = pd[1]
+    s = cx[_SLOT][cx[_DEMAND][i]]
+    if s < 0:
+        nc = scan_candidates(cx, i, cand, st)
+        return K._choose_random(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
+    refresh(_key_zero, cx, s, i, st, pd)
+    n = cx[_CT][s, 1]
+    if n == 0:
+        return -1, -1
+    cand[0] = nth(cx, s, pd[0].integers(0, n))
+    return 0, -1
+
+
+@njit(cache=True)
+def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
+    """EFT / oracle: the least ``(table[i, model], left after, node)``; per model the tree gives the
+    least (left after, node) of its nodes (leaves laid out by model)."""
+    if nc >= 0:
+        return K._choose_table(i, cand, nc, st, pd)
+    table, cx = pd[0], pd[1]
+    s = cx[_SLOT][cx[_DEMAND][i]]
+    if s < 0:
+        nc = scan_candidates(cx, i, cand, st)
+        return K._choose_table(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
+    refresh(_key_left, cx, s, i, st, pd)
+    if cx[_CT][s, 1] == 0:
+        return -1, -1
+    mstart = cx[_MSTART]
+    b1, b2, bn = np.inf, np.inf, _EMPTY
+    for m in range(mstart.shape[0] - 1):
+        if mstart[m] == mstart[m + 1]:
+            continue
+        a1, a2, an = range_min(cx, s, mstart[m], mstart[m + 1])
+        if an == _EMPTY:
+            continue
+        v1 = table[i, m]
+        if _less(v1, a1, an, b1, b2, bn):
+            b1, b2, bn = v1, a1, an
+    cand[0] = bn
+    return 0, -1
+
+
+@njit(cache=True)
+def choose_fgd(i, cand, nc, st, pd):  # pragma: no cover - compiled
+    if nc >= 0:
+        return K._choose_fgd(i, cand, nc, st, pd)
+    cx = pd[18]
+    s = cx[_SLOT][cx[_DEMAND][i]]
+    if s < 0:
+        nc = scan_candidates(cx, i, cand, st)
+        return K._choose_fgd(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
+    refresh(_key_fgd, cx, s, i, st, pd)
+    if cx[_CT][s, 1] == 0:
+        return -1, -1
+    nd = cx[_ND][s, 1]
+    cand[0] = nd
+    return 0, cx[_GL][s, nd]
