@@ -4,29 +4,46 @@ token and are rate limited; no endpoint takes a filesystem path."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsched.errors import HybridschedError
+from hybridsched.service.engine import InvalidRequest
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# every integer the API takes fits a PostgreSQL INTEGER (the runs table's id): larger values
+# are bad input (422), never a database overflow (500)
+MAX_INT = 2**31 - 1
+# strict: JSON types as declared (``true`` is not a speed, ``"1"`` is not a seed); no NaN/inf
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+PolicyName = Annotated[str, Field(pattern=NAME)]
 
 
 class StartRequest(BaseModel):
     """Start a run; every field is optional (the service settings fill the rest)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     workload: str | None = Field(None, pattern=NAME, description="a machine-kind workload of conf/workload/")
     speed: float | None = Field(None, ge=0.0, le=1e7, description="simulated s per wall s; 0 = as fast as possible")
-    policies: list[str] | None = Field(None, min_length=1, max_length=16)
-    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    policies: list[PolicyName] | None = Field(None, min_length=1, max_length=16,
+                                              description="distinct policy names (GET /api/config lists them)")
+    seed: int | None = Field(None, ge=0, le=MAX_INT)
     resume: bool = Field(False, description="continue the latest stopped or interrupted run")
+
+    @field_validator("policies")
+    @classmethod
+    def _distinct(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            dup = sorted({p for p in v if v.count(p) > 1})
+            if dup:
+                raise ValueError(f"policy name(s) {dup} given more than once (each policy races once)")
+        return v
 
 
 class SpeedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     speed: float = Field(..., ge=0.0, le=1e7)
 
 
@@ -44,9 +61,12 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     guard = [Depends(auth)]
 
     async def call(fn, *args, **kw):  # noqa: ANN001, ANN202
-        """Race control off the event loop; its one-line errors as 409."""
+        """Race control off the event loop; bad input as 422, a conflict with the state as 409
+        (one line each)."""
         try:
             return await asyncio.to_thread(fn, *args, **kw)
+        except InvalidRequest as e:
+            raise HTTPException(422, str(e)) from None
         except HybridschedError as e:
             raise HTTPException(409, str(e)) from None
 
@@ -55,6 +75,9 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     async def start(request: Request, body: StartRequest | None = None) -> Ack:
         """Start a run (or resume the latest stopped/interrupted one)."""
         b = body or StartRequest()
+        if b.resume and (b.workload is not None or b.policies is not None or b.seed is not None):
+            raise HTTPException(422, "resume: continues the stored run with its own workload, policies and seed; "
+                                     "give only speed with it")
         run_id = await call(race.start, workload=b.workload, speed=b.speed, policies=b.policies, seed=b.seed,
                             resume=b.resume)
         return Ack(state=race.state, run_id=run_id)
@@ -79,7 +102,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     @limiter.limit(limit)
     async def speed(request: Request, body: SpeedRequest) -> Ack:
         """Change the speed (simulated s per wall s; 0 = as fast as possible)."""
-        race.set_speed(body.speed)
+        await call(race.set_speed, body.speed)
         return Ack(state=race.state, run_id=race.run_id)
 
     @router.get("/simulation/status", tags=["simulation"])
@@ -102,9 +125,9 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
             raise HTTPException(404, str(e)) from None
 
     @router.get("/full_history", tags=["history"])
-    async def full_history(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+    async def full_history(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_INT),
                            policy: str | None = Query(None, pattern=NAME),
-                           run_id: int | None = Query(None, ge=1)) -> dict[str, Any]:
+                           run_id: int | None = Query(None, ge=1, le=MAX_INT)) -> dict[str, Any]:
         """Results, newest first (run, then task), paginated; optionally one policy / run."""
         total, items = await asyncio.to_thread(store.history, limit, offset, policy, run_id)
         return {"total": total, "limit": limit, "offset": offset, "items": items}

@@ -27,7 +27,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     from hybridsched.service.engine import Race
     from hybridsched.service.metrics import ServiceMetrics
     from hybridsched.service.persistence import Store
-    from hybridsched.service.security import make_limiter, require_token
+    from hybridsched.service.security import BodyLimit, make_limiter, require_token, retry_after
     from hybridsched.service.settings import check_policies
     from hybridsched.service.ws import Hub
 
@@ -69,7 +69,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.svc = state
 
     async def rate_limited(request, exc: RateLimitExceeded) -> JSONResponse:  # noqa: ANN001
-        return JSONResponse({"detail": f"rate limit exceeded: {exc.detail}"}, status_code=429)
+        current = getattr(request.state, "view_rate_limit", None)  # (limit item, storage keys), set by slowapi
+        wait = (retry_after(state.limiter, current[0], *current[1]) if current
+                else str(max(1, int(exc.limit.limit.get_expiry()))))
+        return JSONResponse({"detail": f"rate limit exceeded: {exc.detail}"}, status_code=429,
+                            headers={"Retry-After": wait})
 
     async def invalid(request, exc: RequestValidationError) -> JSONResponse:  # noqa: ANN001
         errors = exc.errors()
@@ -86,7 +90,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
-    app.include_router(build_router(state, require_token(settings.token), settings.rate_limit))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(build_router(state, require_token(settings.token, state.limiter, settings.auth_fail_limit),
+                                    settings.rate_limit))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

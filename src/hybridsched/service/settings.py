@@ -47,6 +47,10 @@ class ServiceSettings(BaseSettings):
     tick_s: float = Field(0.1, gt=0.0)
     write_batch: int = Field(5000, ge=1)
     rate_limit: str = "30/minute"
+    # wrong or missing tokens, per client address, on every guarded endpoint: guessing costs time
+    auth_fail_limit: str = "10/minute"
+    # largest request body (bytes); a larger one is refused with 413 before it is read
+    max_body_bytes: int = Field(65536, ge=1024, le=2**30)
     client_queue: int = Field(8, ge=1)
     stall_drop_s: float = Field(10.0, gt=0.0)
     # the machine kind's composed config: cluster, workload, policies (name -> spec), workloads

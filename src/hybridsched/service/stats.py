@@ -127,6 +127,28 @@ class RaceStats:
                       "retrains": self.retrains[p]}
         return out
 
+    def to_dict(self) -> dict[str, Any]:
+        """The totals as JSON-able values (the runs table keeps them with each committed batch);
+        the Gantt window is not kept (it refills within a simulated minute)."""
+        return {"policies": self.policies, "wins": self.wins.tolist(), "heat_gpu": self.heat_gpu.tolist(),
+                "heat_all": self.heat_all.tolist(), "size_edges": self.size_edges.tolist(), "retrains": self.retrains,
+                "by_policy": {p: {"n": s.n, "latency_sum": s.latency_sum, "energy_sum": s.energy_sum,
+                                  "cost_sum": s.cost_sum, "hist": s.hist.tolist()} for p, s in self.by_policy.items()}}
+
+    def restore(self, d: dict[str, Any]) -> None:
+        """Carry on from ``to_dict()`` of the same policies (a resumed run)."""
+        if list(d.get("policies", [])) != self.policies:
+            raise ValueError(f"statistics of policies {d.get('policies')}, not {self.policies}")
+        self.wins = np.asarray(d["wins"], dtype=np.int64).reshape(self.wins.shape)
+        self.heat_gpu = np.asarray(d["heat_gpu"], dtype=np.int64).reshape(self.heat_gpu.shape)
+        self.heat_all = np.asarray(d["heat_all"], dtype=np.int64).reshape(self.heat_all.shape)
+        self.size_edges = np.asarray(d["size_edges"], dtype=np.float64)
+        self.retrains = {p: int(d["retrains"].get(p, 0)) for p in self.policies}
+        for p, s in self.by_policy.items():
+            b = d["by_policy"][p]
+            s.n, s.latency_sum, s.energy_sum, s.cost_sum = int(b["n"]), b["latency_sum"], b["energy_sum"], b["cost_sum"]
+            s.hist = np.asarray(b["hist"], dtype=np.int64)
+
     def heatmap(self) -> dict[str, Any]:
         share = np.where(self.heat_all > 0, self.heat_gpu / np.maximum(self.heat_all, 1), -1.0)
         return {"size_edges": self.size_edges.round(3).tolist(), "intensity_bins": INTENSITY_BINS,
