@@ -173,7 +173,8 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     async def config() -> dict[str, Any]:
         """What a client may choose: policies and workloads; the defaults in use."""
         s = app_state.settings
-        return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(s.machine.get("workloads", {})),
+        workloads = await asyncio.to_thread(s.workloads)  # composed on first use
+        return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(workloads),
                 "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices}
 
     return router

@@ -4,6 +4,7 @@ security and the dashboard. Each app owns its objects (no module globals)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,6 +51,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         task = asyncio.ensure_future(hub.run())
+        # the workload choices are composed once the server answers (GET /api/config needs them)
+        threading.Thread(target=settings.workloads, name="hybridsched-workloads", daemon=True).start()
         if settings.autostart:
             await asyncio.to_thread(race.start, resume=store.latest_resumable() is not None
                                     and store.latest_resumable()["status"] == "interrupted")

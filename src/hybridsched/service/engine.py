@@ -20,18 +20,21 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.devices import Cluster, cluster_from_config
-from hybridsched.kinds.machine.engine import Session
 from hybridsched.service.persistence import Batch, BatchWriter, Store
 from hybridsched.service.settings import ServiceSettings
 from hybridsched.service.stats import RaceStats
-from hybridsched.service.stream import Segment, make_stream
+
+if TYPE_CHECKING:
+    from hybridsched.service.stream import Segment
+# The engine (numba), the task generator (pandas) and the policies' models (torch) are imported
+# when a race needs them, not at start-up: the idle server starts in seconds and stays small.
 
 STATES = ("idle", "running", "paused", "stopped", "finished", "error", "interrupted")
 RATE_WINDOW_S = 5.0  # status.tasks_per_s: tasks released over the last few wall seconds of this run
@@ -76,6 +79,8 @@ class Lane:
 
     def run(self, seg: Segment) -> LaneOutput:
         """Decide every task of the segment (the engine's resumable loop, step by step)."""
+        from hybridsched.kinds.machine.engine import Session
+
         t0 = time.perf_counter()
         try:
             session = Session(seg.tasks, self.cluster, self.policy, seg.realization, self.compiled,
@@ -97,6 +102,11 @@ class Lane:
                 break
         self.free_at, self.believed = session.true_free.copy(), session.est.copy()
         self.segments += 1
+        # an online learner keeps one loss per gradient step for training reports; an endless
+        # race never reads them, and they would grow with the run
+        losses = getattr(getattr(self.policy, "_learner", None), "losses", None)
+        if isinstance(losses, list):
+            del losses[:]
         return LaneOutput(session.trace(), events, time.perf_counter() - t0)
 
 
@@ -192,6 +202,8 @@ class Race:
         seg = stream.segment(0, 0.0)
         if seg is None:
             raise HybridschedError("service.workload_file: the file has no tasks")
+        from hybridsched.service.stream import Segment
+
         probe = Segment(0, seg.tasks.subset(np.arange(min(20, len(seg.tasks)))), seg.realization)
         for name in names:
             Lane(name, self._spec(name), self.cluster, self._compiled()).run(probe)
@@ -330,9 +342,9 @@ class Race:
                 return None
             decided, self._since_update = self._since_update, 0
             stats = self.stats
-            self.stats.trim(self.sim_time)
             return {"type": "simulation_update", "run_id": self.run_id, "state": self.state,
                     "sim_time": self.sim_time, "speed": self.speed, "decided": decided, "tasks": self.total,
+                    "tasks_per_s": self.tasks_per_s(), "resumable": self.resumable,
                     "policies": stats.summary(), "utilisation": stats.utilisation(self.sim_time),
                     "cdf": {p: s.cdf() for p, s in stats.by_policy.items()},
                     "heatmap": stats.heatmap(), "winloss": {"policies": self.policies, "wins": stats.wins.tolist()}}
@@ -399,6 +411,8 @@ class Race:
                     self._finish()
                     return
                 if skip:  # resuming inside a segment: its committed prefix is not decided again
+                    from hybridsched.service.stream import Segment
+
                     seg = Segment(seg.index, seg.tasks.subset(np.arange(skip, len(seg.tasks))),
                                   type(seg.realization)(seg.realization.cpu_factor[skip:],
                                                         seg.realization.gpu_factor[skip:]))
@@ -543,7 +557,7 @@ class Race:
         for n in names:
             self._spec(n)
         if workload is not None:
-            known = self.settings.machine.get("workloads", {})
+            known = self.settings.workloads()
             if workload not in known:
                 raise InvalidRequest(f"workload {workload!r}: not a machine-kind workload; known: {sorted(known)}")
             if "path" in known[workload] and not known[workload].get("path") and not self.settings.workload_file:
@@ -554,6 +568,8 @@ class Race:
         return bool(self.settings.machine.get("compiled", True))
 
     def _stream(self, workload: dict | None, seed: int, workload_file: str | None = None, seg_n: int | None = None):  # noqa: ANN202
+        from hybridsched.service.stream import make_stream
+
         return make_stream(workload, workload_file if workload_file is not None else self.settings.workload_file,
                            self.cluster, seed, seg_n or self.settings.segment_tasks)
 

@@ -15,6 +15,7 @@ _LO, _HI, _BINS = -4.0, 6.0, 800
 _EDGES = np.logspace(_LO, _HI, _BINS + 1)
 SIZE_BINS, INTENSITY_BINS = 6, 6
 WINDOW_S = 60.0  # the Gantt and utilisation window, simulated seconds
+MAX_PARTS = 20_000  # device parts kept per policy for that window (rows of 4 floats)
 
 
 class PolicyStats:
@@ -88,10 +89,21 @@ class RaceStats:
         np.add.at(self.heat_gpu, (si, ii), (frac >= 0.5).astype(np.int64))
 
     def trim(self, now: float) -> None:
-        """Forget parts that ended before the window."""
+        """Forget parts that ended before the window, row by row (a block's parts end in any
+        order: one late part must not keep the whole block), and keep at most
+        ``MAX_PARTS`` per policy, those starting first: an overloaded policy books parts ever
+        further ahead, and the window only needs the next ones."""
+        lo = now - WINDOW_S
         for s in self.by_policy.values():
-            while s.parts and np.nanmax(s.parts[0][:, 2]) < now - WINDOW_S:
-                s.parts.popleft()
+            if not s.parts:
+                continue
+            a = np.vstack(list(s.parts)) if len(s.parts) > 1 else s.parts[0]
+            a = a[a[:, 2] >= lo]
+            if len(a) > MAX_PARTS:
+                a = a[np.argsort(a[:, 1], kind="stable")[:MAX_PARTS]]
+            s.parts.clear()
+            if len(a):
+                s.parts.append(a)
 
     def recent_parts(self, policy: str, now: float, limit: int = 3000) -> np.ndarray:
         """(k, 4) device, start, end, task_id of ``policy``'s parts overlapping the last window."""
