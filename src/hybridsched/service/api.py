@@ -47,6 +47,18 @@ class SpeedRequest(BaseModel):
     speed: float = Field(..., ge=0.0, le=1e7)
 
 
+def _codes(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers an endpoint gives (documented in docs/api.md)."""
+    text = {401: "missing bearer token", 403: "wrong token",
+            409: "not possible in the race's state (e.g. a run is already running)",
+            413: "request body over max_body_bytes", 422: "bad input: one line naming the field or the name",
+            429: "rate limit (or too many failed tokens) exceeded; Retry-After says when to try again"}
+    return {c: {"description": text[c]} for c in codes}
+
+
+GUARDED = (401, 403, 413, 429)
+
+
 class Ack(BaseModel):
     ok: bool = True
     state: str
@@ -70,7 +82,8 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
         except HybridschedError as e:
             raise HTTPException(409, str(e)) from None
 
-    @router.post("/simulation/start", dependencies=guard, response_model=Ack, tags=["simulation"])
+    @router.post("/simulation/start", dependencies=guard, response_model=Ack, tags=["simulation"],
+                 responses=_codes(*GUARDED, 409, 422))
     @limiter.limit(limit)
     async def start(request: Request, body: StartRequest | None = None) -> Ack:
         """Start a run (or resume the latest stopped/interrupted one)."""
@@ -91,14 +104,16 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
 
         endpoint.__name__ = endpoint.__qualname__ = action  # route name and rate-limit key
         endpoint.__doc__ = doc
-        router.post(f"/simulation/{action}", dependencies=guard, response_model=Ack, tags=["simulation"])(
+        router.post(f"/simulation/{action}", dependencies=guard, response_model=Ack, tags=["simulation"],
+                    responses=_codes(*GUARDED, 409))(
             limiter.limit(limit)(endpoint))
 
     control("stop", race.stop, "Stop the run; what was released is committed before the answer.")
     control("pause", race.pause, "Freeze the simulated clock.")
     control("resume", race.resume, "Let the simulated clock run again.")
 
-    @router.post("/simulation/speed", dependencies=guard, response_model=Ack, tags=["simulation"])
+    @router.post("/simulation/speed", dependencies=guard, response_model=Ack, tags=["simulation"],
+                 responses=_codes(*GUARDED, 422))
     @limiter.limit(limit)
     async def speed(request: Request, body: SpeedRequest) -> Ack:
         """Change the speed (simulated s per wall s; 0 = as fast as possible)."""
@@ -107,8 +122,11 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
 
     @router.get("/simulation/status", tags=["simulation"])
     async def status() -> dict[str, Any]:
-        """State, run, speed, simulated time, tasks, tasks/s and per-policy summary. Served from
-        the Redis status cache when this process has no run and a cache is configured."""
+        """State, run, speed, simulated time, tasks, tasks/s (over the last 5 s of this run; 0 unless
+        running) and per-policy summary. After a restart the newest run shows as ``interrupted``
+        (the server died during it) or ``stopped``, with ``resumable: true``: POST start with
+        ``{"resume": true}`` continues it with its summaries and speed. Served from the Redis
+        status cache when this process has no run and a cache is configured."""
         s = race.status()
         if s["state"] == "idle" and cache is not None:
             cached = await asyncio.to_thread(cache.get_status)
@@ -116,7 +134,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
                 return {**cached, "source": "cache"}
         return {**s, "source": "local"}
 
-    @router.get("/gantt", tags=["simulation"])
+    @router.get("/gantt", tags=["simulation"], responses={404: {"description": "policy not in the current race"}})
     async def gantt(policy: str = Query(..., pattern=NAME)) -> dict[str, Any]:
         """The last simulated minute of one policy's devices (parts: device, start, end, task)."""
         try:
@@ -132,7 +150,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
         total, items = await asyncio.to_thread(store.history, limit, offset, policy, run_id)
         return {"total": total, "limit": limit, "offset": offset, "items": items}
 
-    @router.delete("/history", dependencies=guard, tags=["history"])
+    @router.delete("/history", dependencies=guard, tags=["history"], responses=_codes(*GUARDED, 409))
     @limiter.limit(limit)
     async def delete_history(request: Request) -> dict[str, Any]:
         """Delete the stored history (409 while a run is running or paused: stop it first)."""
