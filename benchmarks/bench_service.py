@@ -128,11 +128,15 @@ def _committed(base: str) -> float:
 
 
 def _slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
-    """Least-squares slope of RSS (MB) against time (min) over the samples after the first fifth
-    (the first segments, caches and connections settle there)."""
-    if len(samples) < 5:
+    """Least-squares slope of RSS (MB) against time (min), leaving out the first fifth of the
+    window or its first 20 s, whichever is longer (the first segments, the database's page cache
+    and the connections settle there)."""
+    a = np.array(samples)
+    if len(a) < 5:
         return float("nan")
-    a = np.array(samples[len(samples) // 5:])
+    a = a[a[:, 0] >= max(20.0, a[-1, 0] / 5)]
+    if len(a) < 5:
+        return float("nan")
     return float(np.polyfit(a[:, 0] / 60.0, a[:, 1], 1)[0])
 
 
@@ -144,6 +148,7 @@ def main() -> None:
     ap.add_argument("--rest-rps", type=float, default=20.0)
     ap.add_argument("--policies", nargs="+", default=POLICIES)
     ap.add_argument("--small-models", action="store_true", help="train small stand-in models into a temp dir")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides for the server, e.g. service.switch_interval_s=0.005")
     args = ap.parse_args()
     seconds = 600.0 if args.soak else args.seconds
 
@@ -161,7 +166,7 @@ def main() -> None:
     with socket_port() as port:
         pass
     base = f"http://127.0.0.1:{port}"
-    proc, startup_s = _serve(tmp, port, list(args.policies), overrides)
+    proc, startup_s = _serve(tmp, port, list(args.policies), [*overrides, *args.overrides])
     server = psutil.Process(proc.pid)
     time.sleep(3.0)  # idle: nothing started
     idle_rss = server.memory_info().rss / 2**20
@@ -227,7 +232,7 @@ def main() -> None:
     for r in rows:
         if r["met"] is not None:
             print(f"{r['measure']}: {r['value']} (target {r['target']}) {'met' if r['met'] else 'MISSED'}")
-    report("bench_service", rows, {"policies": list(args.policies), "clients": args.clients, "rest_rps": args.rest_rps,
+    report("bench_service", rows, {"policies": list(args.policies), "overrides": list(args.overrides), "clients": args.clients, "rest_rps": args.rest_rps,
                                    "seconds": round(dt, 1), "small_models": args.small_models,
                                    "segment_tasks": settings.segment_tasks, "write_batch": settings.write_batch,
                                    "rss_samples_mb": [round(m, 1) for _, m in rss]})

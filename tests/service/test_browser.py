@@ -51,6 +51,8 @@ def test_dashboard_draws_every_chart_and_pause_works(browser, learned_settings, 
             const c = document.getElementById(id); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
             let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; })""", CHARTS)
         assert all(n > 500 for n in inked), dict(zip(CHARTS, inked))
+        page.wait_for_timeout(1500)  # one more Gantt refresh for the picture
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         _race_bars_are_all_visible(page, srv.url)
         _tick_labels_do_not_overlap(page)
         # the header keeps tasks/s while running (WebSocket updates carry it, not only REST status)
@@ -60,7 +62,6 @@ def test_dashboard_draws_every_chart_and_pause_works(browser, learned_settings, 
         assert span <= 60.0 + 1e-6, span
         for legend in ("#legend-heat", "#legend-winloss", "#legend-gantt"):
             assert page.is_visible(legend), legend
-        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         page.click("#btn-pause")
         page.wait_for_function("document.getElementById('status').dataset.state === 'paused'", timeout=30_000)
         assert httpx.get(f"{srv.url}/api/simulation/status").json()["state"] == "paused"

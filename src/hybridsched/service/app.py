@@ -4,6 +4,7 @@ security and the dashboard. Each app owns its objects (no module globals)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -51,6 +52,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         task = asyncio.ensure_future(hub.run())
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(settings.switch_interval_s)
         # the workload choices are composed once the server answers (GET /api/config needs them)
         threading.Thread(target=settings.workloads, name="hybridsched-workloads", daemon=True).start()
         if settings.autostart:
@@ -62,6 +65,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             await hub.close_all()
             task.cancel()
             await asyncio.to_thread(race.shutdown)
+            sys.setswitchinterval(switch)
             if cache is not None:
                 cache.close()
             store.dispose()

@@ -195,8 +195,8 @@ async function gantt() {
   charts.gantt.data.labels = labels;
   charts.gantt.data.datasets[0].data = g.parts.map((q) => ({ x: [q[1], q[2]], y: labels[q[0]] }));
   charts.gantt.data.datasets[0].backgroundColor = g.parts.map((q) => COLORS[q[3] % COLORS.length]);
-  charts.gantt.options.scales.x.min = g.now - WINDOW_S;
-  charts.gantt.options.scales.x.max = g.now;
+  charts.gantt.options.scales.x.min = Math.max(0, g.now - WINDOW_S);
+  charts.gantt.options.scales.x.max = Math.max(g.now, WINDOW_S);
   charts.gantt.$hasData = g.parts.length > 0;
   charts.gantt.update();
 }
