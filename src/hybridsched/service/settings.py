@@ -54,7 +54,7 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(65536, ge=1024, le=2**30)
     # the interpreter's thread switch interval while serving: the race and the database writer
     # are busy Python threads, and a request waits up to this long for the GIL at each hand-over
-    switch_interval_s: float = Field(0.001, gt=0.0, le=0.1)
+    switch_interval_s: float = Field(0.005, gt=0.0, le=0.1)
     client_queue: int = Field(8, ge=1)
     stall_drop_s: float = Field(10.0, gt=0.0)
     # the machine kind's composed config: cluster, workload, policies (name -> spec), workloads
