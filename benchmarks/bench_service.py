@@ -1,17 +1,24 @@
-"""Live service throughput: tasks/s through the whole live path (engine for every policy,
-statistics, metrics, SQLite persistence) with 50 WebSocket clients and a steady REST load,
-and the REST P99 latency under that load, on a real uvicorn server on 127.0.0.1.
+"""Live service: start-up time and idle memory of `hybridsched serve`, then throughput
+(tasks/s through the whole live path: engine for every policy, statistics, metrics, SQLite
+persistence) with 50 WebSocket clients and a steady REST load, the REST P99 latency under that
+load, and the server's RSS slope over the race (memory must stay flat), on a real server
+process (the `hybridsched serve` command) on 127.0.0.1.
 
-Run: `python -m benchmarks.bench_service [--seconds 20] [--clients 50] [--rest-rps 20]`
-(after `make repro`, which trains models/rf and models/dqn; `--small-models` trains small
-stand-ins into a temp dir instead, for a machine without them).
-Targets: >= 5,000 tasks/s broadcast to 6 policies with SQLite persistence; REST P99 < 50 ms.
+Run: `python -m benchmarks.bench_service [--seconds 60] [--clients 50] [--rest-rps 20]`
+(`--soak` for a 10-minute race; after `make repro`, which trains models/rf and models/dqn;
+`--small-models` trains small stand-ins into a temp dir instead, for a machine without them).
+Targets: start-up < 10 s; idle RSS < 400 MB; >= 5,000 tasks/s broadcast to 6 policies with
+SQLite persistence; REST P99 < 50 ms; RSS slope < 2 MB/min.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,6 +30,10 @@ from benchmarks.common import report
 
 TARGET_TASKS_PER_S = 5_000
 TARGET_P99_MS = 50.0
+TARGET_STARTUP_S = 10.0
+TARGET_IDLE_RSS_MB = 400.0
+TARGET_RSS_SLOPE_MB_MIN = 2.0
+ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ["round_robin", "greedy", "eft", "hybrid_ml", "dqn", "dqn_online"]
 
 
@@ -81,87 +92,150 @@ def _rest_load(base: str, rps: float, stop: threading.Event, lat_ms: list[float]
             time.sleep(max(0.0, nxt - time.perf_counter()))
 
 
+def _serve(tmp: Path, port: int, policies: list[str], overrides: list[str]) -> tuple[subprocess.Popen, float]:
+    """`hybridsched serve` in a child process; (process, seconds until /api/health answered 200)."""
+    import httpx
+
+    env = {**os.environ, "HYBRIDSCHED_TOKEN": "bench", "HYBRIDSCHED_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), "--log-level", "warning",
+           f"service.policies=[{','.join(policies)}]", "service.rate_limit=100000/minute", "service.speed=0",
+           *overrides]
+    log = (tmp / "server.log").open("ab")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench_service: the server exited: {(tmp / 'server.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
+                return proc, time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        if time.perf_counter() - t0 > 300:
+            proc.kill()
+            raise SystemExit("bench_service: the server did not answer within 300 s")
+        time.sleep(0.05)
+
+
+def _committed(base: str) -> float:
+    """Tasks committed to the database so far (the server's Prometheus counter)."""
+    import httpx
+
+    text = httpx.get(f"{base}/api/metrics", timeout=10).text
+    m = re.search(r"^hybridsched_db_tasks_written_total (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def _slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of RSS (MB) against time (min), leaving out the first fifth of the
+    window or its first 20 s, whichever is longer (the first segments, the database's page cache
+    and the connections settle there)."""
+    a = np.array(samples)
+    if len(a) < 5:
+        return float("nan")
+    a = a[a[:, 0] >= max(20.0, a[-1, 0] / 5)]
+    if len(a) < 5:
+        return float("nan")
+    return float(np.polyfit(a[:, 0] / 60.0, a[:, 1], 1)[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seconds", type=float, default=20.0, help="measured window after warm-up")
+    ap.add_argument("--seconds", type=float, default=60.0, help="measured race window after warm-up")
+    ap.add_argument("--soak", action="store_true", help="a 10-minute race window (RSS slope over a long race)")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--rest-rps", type=float, default=20.0)
     ap.add_argument("--policies", nargs="+", default=POLICIES)
     ap.add_argument("--small-models", action="store_true", help="train small stand-in models into a temp dir")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides for the server, e.g. service.switch_interval_s=0.005")
     args = ap.parse_args()
+    seconds = 600.0 if args.soak else args.seconds
 
     import httpx
-    import uvicorn
+    import psutil
 
-    from hybridsched.service.app import create_app
     from hybridsched.service.settings import load_settings
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
-    settings = load_settings([], database_url=f"sqlite:///{tmp}/bench.db", token="bench", speed=0.0,
-                             rate_limit="100000/minute")
-    settings.policies = list(args.policies)
+    settings = load_settings([])
+    overrides: list[str] = []
     if args.small_models:
         dirs = write_small_models(tmp / "models", settings.machine["cluster"])
-        for spec in settings.machine["policies"].values():
-            if "model_dir" in spec:
-                spec["model_dir"] = str(dirs["rf" if "rf" in str(spec["model_dir"]) else "dqn"])
-    app = create_app(settings)
-    app.state.svc.race.check()  # compile every kernel and load every model before timing
+        overrides = [f"rf.model_dir={dirs['rf']}", f"dqn.model_dir={dirs['dqn']}"]
     with socket_port() as port:
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                               ws="websockets-sansio"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    while not server.started:
-        time.sleep(0.05)
+        pass
     base = f"http://127.0.0.1:{port}"
+    proc, startup_s = _serve(tmp, port, list(args.policies), [*overrides, *args.overrides])
+    server = psutil.Process(proc.pid)
+    time.sleep(3.0)  # idle: nothing started
+    idle_rss = server.memory_info().rss / 2**20
     stop = threading.Event()
     counts = [0] * args.clients
     ws_thread = threading.Thread(target=lambda: asyncio.run(_ws_clients(f"ws://127.0.0.1:{port}/ws", args.clients,
                                                                         stop, counts)), daemon=True)
-    ws_thread.start()
-    httpx.post(f"{base}/api/simulation/start", headers={"Authorization": "Bearer bench"}, timeout=120).raise_for_status()
-    race = app.state.svc.race
-    metrics = app.state.svc.metrics
-    while race.total < 2 * settings.segment_tasks:  # warm-up: first segments, WebSocket connections
-        time.sleep(0.1)
-    lat_ms: list[float] = []
-    rest = threading.Thread(target=_rest_load, args=(base, args.rest_rps, stop, lat_ms), daemon=True)
-    rest.start()
-    committed0 = metrics.db_tasks._value.get()
-    released0, msgs0, t0 = race.total, sum(counts), time.perf_counter()
-    time.sleep(args.seconds)
-    dt = time.perf_counter() - t0
-    committed = metrics.db_tasks._value.get() - committed0
-    released = race.total - released0
-    msgs = sum(counts) - msgs0
-    stop.set()
-    rest.join(15)
-    httpx.post(f"{base}/api/simulation/stop", headers={"Authorization": "Bearer bench"}, timeout=120)
-    server.should_exit = True
-    th.join(30)
+    try:
+        ws_thread.start()
+        auth = {"Authorization": "Bearer bench"}
+        httpx.post(f"{base}/api/simulation/start", headers=auth, json={"speed": 0}, timeout=120).raise_for_status()
+        seg = settings.segment_tasks
+        while httpx.get(f"{base}/api/simulation/status", timeout=30).json()["tasks"] < 2 * seg:  # warm-up
+            if proc.poll() is not None:
+                raise SystemExit("bench_service: the server died during warm-up")
+            time.sleep(0.2)
+        lat_ms: list[float] = []
+        rest = threading.Thread(target=_rest_load, args=(base, args.rest_rps, stop, lat_ms), daemon=True)
+        rest.start()
+        committed0, msgs0, t0 = _committed(base), sum(counts), time.perf_counter()
+        rss: list[tuple[float, float]] = []
+        while (now := time.perf_counter()) - t0 < seconds:
+            rss.append((now - t0, server.memory_info().rss / 2**20))
+            time.sleep(min(1.0, max(0.0, seconds - (now - t0))))
+        dt = time.perf_counter() - t0
+        committed = _committed(base) - committed0
+        msgs = sum(counts) - msgs0
+        stop.set()
+        rest.join(15)
+        httpx.post(f"{base}/api/simulation/stop", headers=auth, timeout=120)
+    finally:
+        stop.set()
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     ws_thread.join(15)
 
     tasks_per_s = committed / dt
     p50, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 99)) if lat_ms else (float("nan"),) * 2
+    slope = _slope_mb_per_min(rss)
+    per_client = msgs / dt / max(args.clients, 1)
     rows = [
+        {"measure": "start-up s (process start to /api/health 200)", "value": round(startup_s, 2),
+         "target": f"< {TARGET_STARTUP_S:g}", "met": bool(startup_s < TARGET_STARTUP_S)},
+        {"measure": "idle RSS MB", "value": round(idle_rss, 1), "target": f"< {TARGET_IDLE_RSS_MB:g}",
+         "met": bool(idle_rss < TARGET_IDLE_RSS_MB)},
         {"measure": "tasks/s committed (all policies decided, SQLite)", "value": round(tasks_per_s, 1),
          "target": f">= {TARGET_TASKS_PER_S}", "met": bool(tasks_per_s >= TARGET_TASKS_PER_S)},
-        {"measure": "tasks/s released by the race", "value": round(released / dt, 1), "target": "", "met": None},
-        {"measure": "result rows/s (tasks x policies)", "value": round(committed * len(settings.policies) / dt, 1),
+        {"measure": "result rows/s (tasks x policies)", "value": round(committed * len(args.policies) / dt, 1),
          "target": "", "met": None},
         {"measure": "REST P50 ms", "value": round(p50, 2), "target": "", "met": None},
         {"measure": "REST P99 ms", "value": round(p99, 2), "target": f"< {TARGET_P99_MS:g}", "met": bool(p99 < TARGET_P99_MS)},
         {"measure": "REST requests", "value": len(lat_ms), "target": "", "met": None},
-        {"measure": "WebSocket msgs/s per client", "value": round(msgs / dt / max(args.clients, 1), 2),
-         "target": "<= 10", "met": bool(msgs / dt / max(args.clients, 1) <= 10.5)},
+        {"measure": "WebSocket msgs/s per client", "value": round(per_client, 2), "target": "<= 10",
+         "met": bool(per_client <= 10.5)},
+        {"measure": "RSS at start of race window MB", "value": round(rss[0][1], 1) if rss else None, "target": "", "met": None},
+        {"measure": "RSS at end of race window MB", "value": round(rss[-1][1], 1) if rss else None, "target": "", "met": None},
+        {"measure": "RSS slope MB/min over the race", "value": round(slope, 2),
+         "target": f"< {TARGET_RSS_SLOPE_MB_MIN:g}", "met": bool(slope < TARGET_RSS_SLOPE_MB_MIN)},
     ]
     for r in rows:
         if r["met"] is not None:
             print(f"{r['measure']}: {r['value']} (target {r['target']}) {'met' if r['met'] else 'MISSED'}")
-    report("bench_service", rows, {"policies": settings.policies, "clients": args.clients, "rest_rps": args.rest_rps,
+    report("bench_service", rows, {"policies": list(args.policies), "overrides": list(args.overrides), "clients": args.clients, "rest_rps": args.rest_rps,
                                    "seconds": round(dt, 1), "small_models": args.small_models,
-                                   "segment_tasks": settings.segment_tasks, "write_batch": settings.write_batch})
+                                   "segment_tasks": settings.segment_tasks, "write_batch": settings.write_batch,
+                                   "rss_samples_mb": [round(m, 1) for _, m in rss]})
 
 
 class socket_port:  # noqa: N801 - a tiny context manager

@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from hybridsched.kinds.machine import engine as E
-from hybridsched.kinds.machine.devices import Cluster
+from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, best_split
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate

@@ -44,17 +44,97 @@ def test_bad_bodies_get_422_with_a_message(client, body, field):
     assert client.get("/api/simulation/status").json()["state"] == "idle"
 
 
-def test_unknown_workload_or_policy_is_a_409_naming_it(client):
-    r = client.post("/api/simulation/start", json={"workload": "nosuch"}, headers=AUTH)
-    assert r.status_code == 409 and "nosuch" in r.json()["detail"]
-    r = client.post("/api/simulation/start", json={"policies": ["eft", "bogus"]}, headers=AUTH)
-    assert r.status_code == 409 and "bogus" in r.json()["detail"]
+def _nothing_started(c: TestClient) -> None:
+    assert c.get("/api/simulation/status").json()["state"] == "idle"
+    assert c.get("/api/full_history").json()["total"] == 0
+    assert c.app.state.svc.store.latest_run() is None  # not even a run row
 
 
-def test_rate_limit_gives_429(make_settings):
+@pytest.mark.parametrize("body, named", [
+    ({"workload": "nosuch"}, "nosuch"),                        # unknown names are bad input, not a conflict
+    ({"policies": ["eft", "bogus"]}, "bogus"),
+    ({"policies": ["eft", "eft"]}, "eft"),                     # a duplicate: the writer's UNIQUE key would fail
+    ({"policies": ["greedy", "eft", "greedy"]}, "greedy"),
+    ({"workload": "file"}, "workload_file"),                   # a file workload needs the server's file
+    ({"speed": True}, "speed"),                                # strict types: true is not 1
+    ({"speed": "5"}, "speed"),
+    ({"seed": True}, "seed"),
+    ({"seed": 1.5}, "seed"),
+    ({"resume": 1}, "resume"),
+    ({"seed": 2**70}, "seed"),
+    ({"resume": True, "policies": ["eft"]}, "resume"),
+])
+def test_bad_start_requests_are_422_and_start_nothing(client, body, named):
+    r = client.post("/api/simulation/start", json=body, headers=AUTH)
+    assert r.status_code == 422, r.text
+    assert named in r.json()["detail"] and "\n" not in r.json()["detail"]
+    _nothing_started(client)
+
+
+def test_speed_must_be_a_number_not_a_bool(client):
+    r = client.post("/api/simulation/speed", json={"speed": True}, headers=AUTH)
+    assert r.status_code == 422 and "speed" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("params", [{"offset": "99999999999999999999"}, {"run_id": str(2**70)},
+                                    {"offset": str(2**63)}, {"run_id": str(2**31)}, {"limit": str(2**64)},
+                                    {"run_id": "-1"}, {"offset": "1e3"}])
+def test_huge_or_bad_integers_are_422_not_500(client, params):
+    r = client.get("/api/full_history", params=params)
+    assert r.status_code == 422, r.text
+    assert next(iter(params)) in r.json()["detail"]
+
+
+def test_integer_bounds_hold_on_postgresql(make_settings, postgresql_url):
+    from hybridsched.service.persistence import Store
+
+    store = Store(postgresql_url)
+    store.upgrade()
+    store.delete_history()
+    store.dispose()
+    with TestClient(create_app(make_settings(database_url=postgresql_url))) as c:
+        for params in ({"offset": str(2**31 - 1)}, {"run_id": str(2**31 - 1)}):  # the largest allowed: fine
+            r = c.get("/api/full_history", params=params)
+            assert r.status_code == 200 and r.json()["items"] == [], r.text
+        for params in ({"offset": "99999999999999999999"}, {"run_id": str(2**70)}, {"run_id": str(2**31)}):
+            assert c.get("/api/full_history", params=params).status_code == 422
+
+
+def test_request_bodies_over_the_limit_get_413(make_settings):
+    with TestClient(create_app(make_settings(max_body_bytes=4096))) as c:
+        big = b'{"speed": 1, "pad": "' + b"x" * 10_000 + b'"}'
+        r = c.post("/api/simulation/start", content=big, headers={**AUTH, "Content-Type": "application/json"})
+        assert r.status_code == 413 and "4096" in r.json()["detail"]
+
+        def chunks():  # no Content-Length: counted as it streams
+            yield b'{"speed": 1, "pad": "'
+            for _ in range(20):
+                yield b"x" * 1000
+            yield b'"}'
+
+        r = c.post("/api/simulation/start", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+        assert r.status_code == 413
+        _nothing_started(c)
+        assert c.post("/api/simulation/speed", json={"speed": 3}, headers=AUTH).status_code == 200  # small: fine
+
+
+def test_rate_limit_gives_429_with_retry_after(make_settings):
     with TestClient(create_app(make_settings(rate_limit="3/minute"))) as c:
-        codes = [c.post("/api/simulation/pause", headers=AUTH).status_code for _ in range(4)]
-    assert codes[:3] == [409, 409, 409] and codes[3] == 429
+        rs = [c.post("/api/simulation/pause", headers=AUTH) for _ in range(4)]
+    assert [r.status_code for r in rs[:3]] == [409, 409, 409] and rs[3].status_code == 429
+    assert 1 <= int(rs[3].headers["Retry-After"]) <= 60
+
+
+def test_wrong_or_missing_tokens_are_rate_limited(make_settings):
+    with TestClient(create_app(make_settings(auth_fail_limit="3/minute"))) as c:
+        wrong = {"Authorization": "Bearer guess"}
+        codes = [c.post("/api/simulation/pause", headers=h).status_code for h in (wrong, {}, wrong)]
+        assert codes == [403, 401, 403]
+        r = c.post("/api/simulation/pause", headers=wrong)
+        assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 60
+        # the address is blocked for the window: even the right token does not get through now
+        assert c.delete("/api/history", headers=AUTH).status_code == 429
+        assert c.get("/api/simulation/status").status_code == 200  # reads are not guarded
 
 
 def test_run_history_pagination_filter_and_delete(client):

@@ -56,3 +56,33 @@ def test_learning_policies_carry_on_across_segments(learned_settings):
     # completions are observed: only its identity and its monotone step count are checked)
     assert dqn.policy._learner is learner and learner.global_step >= seen
     assert out.events and all(e["total"] > refits for e in out.events)
+
+
+def test_race_statistics_stay_bounded_over_a_long_race():
+    """The Gantt window keeps only parts that can still show, however long the race and however
+    late a policy books its parts: an overloaded policy (one part of each block ends far ahead)
+    kept every block before, so memory grew with the run."""
+    from hybridsched.service.stats import MAX_PARTS, WINDOW_S, RaceStats
+
+    stats = RaceStats(["ok", "overloaded"], n_devices=2)
+    rng = np.random.default_rng(0)
+    n, now = 2000, 0.0
+    for k in range(60):
+        arrival = now + np.sort(rng.uniform(0, 300, n))
+        start_ok = arrival + 0.1
+        start_late = arrival + 10.0 * k * 300  # a backlog that grows with the run
+        results = []
+        for name, start in (("ok", start_ok), ("overloaded", start_late)):
+            results.append({"policy": name, "task_id": np.arange(k * n, (k + 1) * n), "latency": start + 1 - arrival,
+                            "energy_j": np.ones(n), "cost_usd": np.ones(n), "fraction": np.zeros(n),
+                            "gpu": np.full(n, -1), "cpu_start": start, "cpu_end": start + 1.0,
+                            "gpu_start": np.full(n, np.nan), "gpu_end": np.full(n, np.nan)})
+        now = float(arrival[-1])
+        stats.add_block(rng.uniform(1, 400, n), rng.uniform(0, 1, n), results)
+        stats.trim(now)
+    kept = {p: sum(len(a) for a in s.parts) for p, s in stats.by_policy.items()}
+    assert kept["ok"] <= n  # about WINDOW_S worth of tasks, not the run
+    assert kept["overloaded"] <= MAX_PARTS
+    ok = stats.recent_parts("ok", now)
+    assert len(ok) and np.all(ok[:, 2] >= now - WINDOW_S)
+    assert stats.by_policy["ok"].n == 60 * n  # the totals still count every task

@@ -26,7 +26,7 @@ def _serve(db: Path, port: int, log: Path) -> subprocess.Popen:
            "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), "--log-level", "warning",
            f"service.policies=[{','.join(POLICIES)}]", "service.segment_tasks=500", "service.write_batch=200",
-           "service.speed=0"]
+           "service.speed=20"]  # the default; the run itself goes at 0
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
 
@@ -86,11 +86,17 @@ def test_kill_9_mid_run_then_resume(tmp_path):
     proc = _serve(db, port, log)
     try:
         st = httpx.get(f"{base}/api/simulation/status").json()
-        assert st["state"] == "idle"
+        # the restarted server shows the killed run as interrupted and resumable, with its summaries
+        assert st["state"] == "interrupted" and st["resumable"] and st["run_id"] == 1 and st["tasks"] == n_before
+        assert {p: s["n"] for p, s in st["summary"].items()} == {p: n_before for p in POLICIES}
+        assert st["speed"] == 0
         r = httpx.post(f"{base}/api/simulation/start", headers=AUTH, json={"resume": True}, timeout=60)
         assert r.status_code == 200 and r.json()["run_id"] == 1
-        wait_for(lambda: httpx.get(f"{base}/api/simulation/status").json()["tasks"] > n_before + 1000,
-                 timeout=180, step=0.1)
+        st = wait_for(lambda: (s := httpx.get(f"{base}/api/simulation/status").json())["tasks"] > n_before + 1000
+                      and s, timeout=180, step=0.1)
+        assert st["speed"] == 0  # the run's speed, not the server's default 20
+        assert all(s["n"] > n_before for s in st["summary"].values())  # carried on, not restarted at 0
+        assert 0 <= st["tasks_per_s"] < 1e6
         proc.send_signal(signal.SIGTERM)  # graceful: stop the race, commit, exit
         # uvicorn re-raises the signal after its graceful shutdown, hence -SIGTERM
         assert proc.wait(60) in (0, -signal.SIGTERM)

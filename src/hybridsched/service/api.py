@@ -4,30 +4,59 @@ token and are rate limited; no endpoint takes a filesystem path."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsched.errors import HybridschedError
+from hybridsched.service.engine import InvalidRequest
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# every integer the API takes fits a PostgreSQL INTEGER (the runs table's id): larger values
+# are bad input (422), never a database overflow (500)
+MAX_INT = 2**31 - 1
+# strict: JSON types as declared (``true`` is not a speed, ``"1"`` is not a seed); no NaN/inf
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+PolicyName = Annotated[str, Field(pattern=NAME)]
 
 
 class StartRequest(BaseModel):
     """Start a run; every field is optional (the service settings fill the rest)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     workload: str | None = Field(None, pattern=NAME, description="a machine-kind workload of conf/workload/")
     speed: float | None = Field(None, ge=0.0, le=1e7, description="simulated s per wall s; 0 = as fast as possible")
-    policies: list[str] | None = Field(None, min_length=1, max_length=16)
-    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    policies: list[PolicyName] | None = Field(None, min_length=1, max_length=16,
+                                              description="distinct policy names (GET /api/config lists them)")
+    seed: int | None = Field(None, ge=0, le=MAX_INT)
     resume: bool = Field(False, description="continue the latest stopped or interrupted run")
+
+    @field_validator("policies")
+    @classmethod
+    def _distinct(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            dup = sorted({p for p in v if v.count(p) > 1})
+            if dup:
+                raise ValueError(f"policy name(s) {dup} given more than once (each policy races once)")
+        return v
 
 
 class SpeedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     speed: float = Field(..., ge=0.0, le=1e7)
+
+
+def _codes(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers an endpoint gives (documented in docs/api.md)."""
+    text = {401: "missing bearer token", 403: "wrong token",
+            409: "not possible in the race's state (e.g. a run is already running)",
+            413: "request body over max_body_bytes", 422: "bad input: one line naming the field or the name",
+            429: "rate limit (or too many failed tokens) exceeded; Retry-After says when to try again"}
+    return {c: {"description": text[c]} for c in codes}
+
+
+GUARDED = (401, 403, 413, 429)
 
 
 class Ack(BaseModel):
@@ -44,17 +73,24 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     guard = [Depends(auth)]
 
     async def call(fn, *args, **kw):  # noqa: ANN001, ANN202
-        """Race control off the event loop; its one-line errors as 409."""
+        """Race control off the event loop; bad input as 422, a conflict with the state as 409
+        (one line each)."""
         try:
             return await asyncio.to_thread(fn, *args, **kw)
+        except InvalidRequest as e:
+            raise HTTPException(422, str(e)) from None
         except HybridschedError as e:
             raise HTTPException(409, str(e)) from None
 
-    @router.post("/simulation/start", dependencies=guard, response_model=Ack, tags=["simulation"])
+    @router.post("/simulation/start", dependencies=guard, response_model=Ack, tags=["simulation"],
+                 responses=_codes(*GUARDED, 409, 422))
     @limiter.limit(limit)
     async def start(request: Request, body: StartRequest | None = None) -> Ack:
         """Start a run (or resume the latest stopped/interrupted one)."""
         b = body or StartRequest()
+        if b.resume and (b.workload is not None or b.policies is not None or b.seed is not None):
+            raise HTTPException(422, "resume: continues the stored run with its own workload, policies and seed; "
+                                     "give only speed with it")
         run_id = await call(race.start, workload=b.workload, speed=b.speed, policies=b.policies, seed=b.seed,
                             resume=b.resume)
         return Ack(state=race.state, run_id=run_id)
@@ -68,24 +104,29 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
 
         endpoint.__name__ = endpoint.__qualname__ = action  # route name and rate-limit key
         endpoint.__doc__ = doc
-        router.post(f"/simulation/{action}", dependencies=guard, response_model=Ack, tags=["simulation"])(
+        router.post(f"/simulation/{action}", dependencies=guard, response_model=Ack, tags=["simulation"],
+                    responses=_codes(*GUARDED, 409))(
             limiter.limit(limit)(endpoint))
 
     control("stop", race.stop, "Stop the run; what was released is committed before the answer.")
     control("pause", race.pause, "Freeze the simulated clock.")
     control("resume", race.resume, "Let the simulated clock run again.")
 
-    @router.post("/simulation/speed", dependencies=guard, response_model=Ack, tags=["simulation"])
+    @router.post("/simulation/speed", dependencies=guard, response_model=Ack, tags=["simulation"],
+                 responses=_codes(*GUARDED, 422))
     @limiter.limit(limit)
     async def speed(request: Request, body: SpeedRequest) -> Ack:
         """Change the speed (simulated s per wall s; 0 = as fast as possible)."""
-        race.set_speed(body.speed)
+        await call(race.set_speed, body.speed)
         return Ack(state=race.state, run_id=race.run_id)
 
     @router.get("/simulation/status", tags=["simulation"])
     async def status() -> dict[str, Any]:
-        """State, run, speed, simulated time, tasks, tasks/s and per-policy summary. Served from
-        the Redis status cache when this process has no run and a cache is configured."""
+        """State, run, speed, simulated time, tasks, tasks/s (over the last 5 s of this run; 0 unless
+        running) and per-policy summary. After a restart the newest run shows as ``interrupted``
+        (the server died during it) or ``stopped``, with ``resumable: true``: POST start with
+        ``{"resume": true}`` continues it with its summaries and speed. Served from the Redis
+        status cache when this process has no run and a cache is configured."""
         s = race.status()
         if s["state"] == "idle" and cache is not None:
             cached = await asyncio.to_thread(cache.get_status)
@@ -93,7 +134,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
                 return {**cached, "source": "cache"}
         return {**s, "source": "local"}
 
-    @router.get("/gantt", tags=["simulation"])
+    @router.get("/gantt", tags=["simulation"], responses={404: {"description": "policy not in the current race"}})
     async def gantt(policy: str = Query(..., pattern=NAME)) -> dict[str, Any]:
         """The last simulated minute of one policy's devices (parts: device, start, end, task)."""
         try:
@@ -102,14 +143,14 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
             raise HTTPException(404, str(e)) from None
 
     @router.get("/full_history", tags=["history"])
-    async def full_history(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+    async def full_history(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_INT),
                            policy: str | None = Query(None, pattern=NAME),
-                           run_id: int | None = Query(None, ge=1)) -> dict[str, Any]:
+                           run_id: int | None = Query(None, ge=1, le=MAX_INT)) -> dict[str, Any]:
         """Results, newest first (run, then task), paginated; optionally one policy / run."""
         total, items = await asyncio.to_thread(store.history, limit, offset, policy, run_id)
         return {"total": total, "limit": limit, "offset": offset, "items": items}
 
-    @router.delete("/history", dependencies=guard, tags=["history"])
+    @router.delete("/history", dependencies=guard, tags=["history"], responses=_codes(*GUARDED, 409))
     @limiter.limit(limit)
     async def delete_history(request: Request) -> dict[str, Any]:
         """Delete the stored history (409 while a run is running or paused: stop it first)."""
@@ -150,7 +191,8 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     async def config() -> dict[str, Any]:
         """What a client may choose: policies and workloads; the defaults in use."""
         s = app_state.settings
-        return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(s.machine.get("workloads", {})),
+        workloads = await asyncio.to_thread(s.workloads)  # composed on first use
+        return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(workloads),
                 "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices}
 
     return router

@@ -4,6 +4,8 @@ security and the dashboard. Each app owns its objects (no module globals)."""
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,7 +29,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     from hybridsched.service.engine import Race
     from hybridsched.service.metrics import ServiceMetrics
     from hybridsched.service.persistence import Store
-    from hybridsched.service.security import make_limiter, require_token
+    from hybridsched.service.security import BodyLimit, make_limiter, require_token, retry_after
     from hybridsched.service.settings import check_policies
     from hybridsched.service.ws import Hub
 
@@ -50,6 +52,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         task = asyncio.ensure_future(hub.run())
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(settings.switch_interval_s)
+        # the workload choices are composed once the server answers (GET /api/config needs them)
+        threading.Thread(target=settings.workloads, name="hybridsched-workloads", daemon=True).start()
         if settings.autostart:
             await asyncio.to_thread(race.start, resume=store.latest_resumable() is not None
                                     and store.latest_resumable()["status"] == "interrupted")
@@ -59,6 +65,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             await hub.close_all()
             task.cancel()
             await asyncio.to_thread(race.shutdown)
+            sys.setswitchinterval(switch)
             if cache is not None:
                 cache.close()
             store.dispose()
@@ -69,7 +76,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.svc = state
 
     async def rate_limited(request, exc: RateLimitExceeded) -> JSONResponse:  # noqa: ANN001
-        return JSONResponse({"detail": f"rate limit exceeded: {exc.detail}"}, status_code=429)
+        current = getattr(request.state, "view_rate_limit", None)  # (limit item, storage keys), set by slowapi
+        wait = (retry_after(state.limiter, current[0], *current[1]) if current
+                else str(max(1, int(exc.limit.limit.get_expiry()))))
+        return JSONResponse({"detail": f"rate limit exceeded: {exc.detail}"}, status_code=429,
+                            headers={"Retry-After": wait})
 
     async def invalid(request, exc: RequestValidationError) -> JSONResponse:  # noqa: ANN001
         errors = exc.errors()
@@ -86,7 +97,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
-    app.include_router(build_router(state, require_token(settings.token), settings.rate_limit))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(build_router(state, require_token(settings.token, state.limiter, settings.auth_fail_limit),
+                                    settings.rate_limit))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

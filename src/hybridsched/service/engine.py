@@ -16,22 +16,32 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hybridsched.errors import HybridschedError, ModelFileError
 from hybridsched.kinds.base import instantiate
 from hybridsched.devices import Cluster, cluster_from_config
-from hybridsched.kinds.machine.engine import Session
 from hybridsched.service.persistence import Batch, BatchWriter, Store
 from hybridsched.service.settings import ServiceSettings
 from hybridsched.service.stats import RaceStats
-from hybridsched.service.stream import Segment, make_stream
 
-STATES = ("idle", "running", "paused", "stopped", "finished", "error")
+if TYPE_CHECKING:
+    from hybridsched.service.stream import Segment
+# The engine (numba), the task generator (pandas) and the policies' models (torch) are imported
+# when a race needs them, not at start-up: the idle server starts in seconds and stays small.
+
+STATES = ("idle", "running", "paused", "stopped", "finished", "error", "interrupted")
+RATE_WINDOW_S = 5.0  # status.tasks_per_s: tasks released over the last few wall seconds of this run
+
+
+class InvalidRequest(HybridschedError):
+    """A start request that names something that does not exist (the API answers 422)."""
 
 
 def build_policy(name: str, spec: dict[str, Any]):  # -> Policy
@@ -69,6 +79,8 @@ class Lane:
 
     def run(self, seg: Segment) -> LaneOutput:
         """Decide every task of the segment (the engine's resumable loop, step by step)."""
+        from hybridsched.kinds.machine.engine import Session
+
         t0 = time.perf_counter()
         try:
             session = Session(seg.tasks, self.cluster, self.policy, seg.realization, self.compiled,
@@ -90,6 +102,11 @@ class Lane:
                 break
         self.free_at, self.believed = session.true_free.copy(), session.est.copy()
         self.segments += 1
+        # an online learner keeps one loss per gradient step for training reports; an endless
+        # race never reads them, and they would grow with the run
+        losses = getattr(getattr(self.policy, "_learner", None), "losses", None)
+        if isinstance(losses, list):
+            del losses[:]
         return LaneOutput(session.trace(), events, time.perf_counter() - t0)
 
 
@@ -129,16 +146,64 @@ class Race:
         self.total = 0
         self._since_update = 0
         self._notes: list[dict] = []
-        self._rate = (time.monotonic(), 0, 0.0)  # for tasks/s: (t, total at t, rate)
+        # (monotonic t, total) samples of this run's releases, for tasks/s; reset at every start
+        self._samples: deque[tuple[float, int]] = deque()
+        self.resumable = False
+        self._show_latest()
+
+    def _show_latest(self) -> None:
+        """After a restart, show the newest run when it can be resumed (killed: 'interrupted';
+        shut down: 'stopped') with its committed tasks, speed and statistics, not 'idle'."""
+        try:
+            run = self.store.latest_run()
+        except Exception:  # a store without tables yet (the app upgrades before building the race)
+            return
+        if run is None or run["status"] not in ("interrupted", "stopped"):
+            return
+        self.state, self.run_id, self.resumable = run["status"], int(run["id"]), True
+        self.total, self.sim_time = int(run["n_tasks"]), float(run["sim_time"])
+        self.policies = list(run["config"].get("policies", []))
+        if run.get("speed") is not None:
+            self.speed = float(run["speed"])
+        self.stats = self._stats_of(run)
+
+    def _stats_of(self, run: dict[str, Any]) -> RaceStats:
+        """The run's statistics as committed (empty when it has none stored)."""
+        stats = RaceStats(list(run["config"].get("policies", [])), self.cluster.n_devices)
+        wl = run["config"].get("workload") or {}
+        if "size_range" in wl:
+            stats.set_size_range(*wl["size_range"])
+        if run.get("stats") and int(run["n_tasks"]) > 0:
+            try:
+                stats.restore(run["stats"])
+            except (ValueError, KeyError, TypeError):  # written by another version: start afresh
+                stats = RaceStats(stats.policies, self.cluster.n_devices)
+        return stats
 
     # --- control -----------------------------------------------------------------------
-    def check(self, policies: list[str] | None = None) -> None:
-        """Build every lane and decide a few tasks, so a missing model fails now, in one line."""
+    def check(self, policies: list[str] | None = None, probe: bool = False) -> None:
+        """A missing model fails now, in one line: every learned policy's model metadata is read
+        (cheap: no torch, no compilation, so the server starts in seconds and idles small).
+        With ``probe``, every lane is also built and decides a few tasks, which loads every
+        model and compiles every kernel (tens of seconds)."""
+        from hybridsched.io import read_model_meta
+
         names = policies or self.settings.policies
+        for name in names:
+            model_dir = self._spec(name).get("model_dir")
+            if model_dir is not None:
+                try:
+                    read_model_meta(Path(model_dir) / "meta.json", "`make repro`")
+                except ModelFileError as e:
+                    raise model_hint(name, e) from None
+        if not probe:
+            return
         stream = self._stream(self.settings.workload_config(), 0)
         seg = stream.segment(0, 0.0)
         if seg is None:
             raise HybridschedError("service.workload_file: the file has no tasks")
+        from hybridsched.service.stream import Segment
+
         probe = Segment(0, seg.tasks.subset(np.arange(min(20, len(seg.tasks)))), seg.realization)
         for name in names:
             Lane(name, self._spec(name), self.cluster, self._compiled()).run(probe)
@@ -156,16 +221,20 @@ class Race:
                     raise HybridschedError("no stopped or interrupted run to resume")
                 config = run["config"]
                 run_id, start_at = int(run["id"]), int(run["n_tasks"])
+                stats = self._stats_of(run)  # the summaries carry on from the committed prefix
+                sim_time = float(run["sim_time"]) if start_at else 0.0
+                if speed is None and run.get("speed") is not None:
+                    speed = float(run["speed"])  # the speed it ran at, not the default
             else:
                 names = list(policies or self.settings.policies)
-                for n in names:
-                    self._spec(n)
+                self._check_request(workload, names)
                 config = {"workload_name": workload or self.settings.workload,
                           "workload": self.settings.workload_config(workload),
                           "workload_file": self.settings.workload_file, "policies": names,
                           "seed": int(self.settings.seed if seed is None else seed),
                           "segment_tasks": self.settings.segment_tasks, "cluster": self.cluster.to_dict()}
-                run_id, start_at = self.store.create_run(config), 0
+                run_id, start_at = self.store.create_run(config, self.speed if speed is None else float(speed)), 0
+                stats, sim_time = None, 0.0
             if speed is not None:
                 self.speed = float(speed)
             self.policies = list(config["policies"])
@@ -175,12 +244,19 @@ class Race:
                     lane.free_at = self.store.device_free_times(run_id, lane.name, self.cluster.n_devices)
                     lane.believed = lane.free_at.copy()
             self.store.set_status(run_id, "running")
-            self.run_id, self.state, self.error = run_id, "running", None
-            self.total, self._since_update, self.sim_time = start_at, 0, 0.0
-            self.stats = RaceStats(self.policies, self.cluster.n_devices)
-            wl = config.get("workload") or {}
-            if "size_range" in wl:
-                self.stats.set_size_range(*wl["size_range"])
+            self.store.set_speed(run_id, self.speed)
+            self.run_id, self.state, self.error, self.resumable = run_id, "running", None, False
+            self.total, self._since_update, self.sim_time = start_at, 0, sim_time
+            self._samples.clear()
+            self._samples.append((time.monotonic(), start_at))
+            if stats is None:
+                stats = RaceStats(self.policies, self.cluster.n_devices)
+                wl = config.get("workload") or {}
+                if "size_range" in wl:
+                    stats.set_size_range(*wl["size_range"])
+            self.stats = stats
+            for lane in lanes:
+                lane.retrains = stats.retrains.get(lane.name, 0)
             self.writer = BatchWriter(self.store, self.settings.write_batch, self._written)
             self._thread = threading.Thread(target=self._main, args=(config, lanes, start_at),
                                             name="hybridsched-race", daemon=True)
@@ -208,6 +284,9 @@ class Race:
         with self._lock:
             self.speed = float(speed)
             self._wake.set()
+            run_id = self.run_id if self.state in ("running", "paused") else None
+        if run_id is not None:
+            self.store.set_speed(run_id, float(speed))
 
     def shutdown(self) -> None:
         """Graceful exit: stop a live run ('stopped', resumable) and flush the writer."""
@@ -233,16 +312,27 @@ class Race:
         self._thread = None
 
     # --- views -------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def tasks_per_s(self) -> float:
+        """Tasks released per wall second over the last ``RATE_WINDOW_S`` of this run (0 unless
+        running): counted from this run's own start, so neither an earlier run's count nor a
+        resumed run's committed prefix enters it."""
         with self._lock:
+            if self.state != "running" or not self._samples:
+                return 0.0
             now = time.monotonic()
-            t0, n0, rate = self._rate
-            if now - t0 >= 1.0:
-                rate = (self.total - n0) / (now - t0)
-                self._rate = (now, self.total, rate)
+            t0, n0 = self._samples[0]
+            for t, n in self._samples:  # the oldest sample inside the window
+                if now - t <= RATE_WINDOW_S:
+                    break
+                t0, n0 = t, n
+            return max(0.0, (self.total - n0) / max(now - t0, 1e-3))
+
+    def status(self) -> dict[str, Any]:
+        rate = self.tasks_per_s()
+        with self._lock:
             return {"state": self.state, "run_id": self.run_id, "policies": self.policies, "speed": self.speed,
                     "sim_time": self.sim_time, "tasks": self.total, "tasks_per_s": rate, "error": self.error,
-                    "write_backlog": self.writer.backlog if self.writer else 0,
+                    "resumable": self.resumable, "write_backlog": self.writer.backlog if self.writer else 0,
                     "summary": self.stats.summary() if self.stats else {}}
 
     def take_update(self) -> dict[str, Any] | None:
@@ -252,9 +342,9 @@ class Race:
                 return None
             decided, self._since_update = self._since_update, 0
             stats = self.stats
-            self.stats.trim(self.sim_time)
             return {"type": "simulation_update", "run_id": self.run_id, "state": self.state,
                     "sim_time": self.sim_time, "speed": self.speed, "decided": decided, "tasks": self.total,
+                    "tasks_per_s": self.tasks_per_s(), "resumable": self.resumable,
                     "policies": stats.summary(), "utilisation": stats.utilisation(self.sim_time),
                     "cdf": {p: s.cdf() for p, s in stats.by_policy.items()},
                     "heatmap": stats.heatmap(), "winloss": {"policies": self.policies, "wins": stats.wins.tolist()}}
@@ -289,6 +379,7 @@ class Race:
                     self.error = f"database writer: {self.writer.error}"
             final = self.state if self.state in ("stopped", "finished", "error") else "stopped"
             self.store.set_status(self.run_id, final)
+            self.resumable = final == "stopped"
 
     def _loop(self, config: dict, lanes: list[Lane], start_at: int) -> None:
         seg_n = int(config["segment_tasks"])
@@ -320,6 +411,8 @@ class Race:
                     self._finish()
                     return
                 if skip:  # resuming inside a segment: its committed prefix is not decided again
+                    from hybridsched.service.stream import Segment
+
                     seg = Segment(seg.index, seg.tasks.subset(np.arange(skip, len(seg.tasks))),
                                   type(seg.realization)(seg.realization.cpu_factor[skip:],
                                                         seg.realization.gpu_factor[skip:]))
@@ -348,6 +441,8 @@ class Race:
                 self._wake.clear()
 
     def _finish(self) -> None:
+        if self.writer is not None:  # 'finished' means every result is committed (and queryable)
+            self.writer.flush()
         with self._lock:
             self.state = "finished"
         self._note({"kind": "run_finished", "run_id": self.run_id, "tasks": self.total})
@@ -394,10 +489,15 @@ class Race:
             self._since_update += hi - lo
             self.sim_time = max(self.sim_time, clock)
             self.stats.add_block(tasks["size"], tasks["intensity"], results)
-            total, sim_time = self.total, self.sim_time
+            self.stats.trim(self.sim_time)  # the Gantt window only: nothing else grows with the run
+            now = time.monotonic()
+            self._samples.append((now, self.total))
+            while len(self._samples) > 2 and now - self._samples[1][0] > RATE_WINDOW_S:
+                self._samples.popleft()
+            total, sim_time, snapshot = self.total, self.sim_time, self.stats.to_dict()
         while self.writer.backlog > 20 and self.writer.error is None and self.state == "running":
             time.sleep(0.005)  # persistence sets the pace: the queue never grows without bound
-        self.writer.put(Batch(self.run_id, total, sim_time, tasks, deps, results, training, retrains))
+        self.writer.put(Batch(self.run_id, total, sim_time, tasks, deps, results, training, retrains, snapshot))
         if self.metrics is not None:
             self.metrics.released(results, self.stats)
 
@@ -424,8 +524,10 @@ class Race:
                         "total": e["total"]})
         if not collect and (training or retrains):  # end of segment: events after its last arrival
             t_last = float(t.arrival[-1])
-            self.writer.put(Batch(self.run_id, self.total, max(self.sim_time, t_last), _empty_tasks(), np.zeros((0, 2), dtype=np.int64),
-                                  [], training, retrains))
+            with self._lock:
+                snapshot = self.stats.to_dict()
+            self.writer.put(Batch(self.run_id, self.total, max(self.sim_time, t_last), _empty_tasks(),
+                                  np.zeros((0, 2), dtype=np.int64), [], training, retrains, snapshot))
         return training, retrains
 
     def _note(self, note: dict) -> None:
@@ -444,13 +546,30 @@ class Race:
     def _spec(self, name: str) -> dict[str, Any]:
         known = self.settings.machine.get("policies", {})
         if name not in known:
-            raise HybridschedError(f"policy {name!r}: unknown; known: {sorted(known)}")
+            raise InvalidRequest(f"policy {name!r}: unknown; known: {sorted(known)}")
         return known[name]
+
+    def _check_request(self, workload: str | None, names: list[str]) -> None:
+        """Bad input of a start request, before anything is created (InvalidRequest)."""
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise InvalidRequest(f"policies: {dup} given more than once (each policy races once)")
+        for n in names:
+            self._spec(n)
+        if workload is not None:
+            known = self.settings.workloads()
+            if workload not in known:
+                raise InvalidRequest(f"workload {workload!r}: not a machine-kind workload; known: {sorted(known)}")
+            if "path" in known[workload] and not known[workload].get("path") and not self.settings.workload_file:
+                raise InvalidRequest(f"workload {workload!r} replays a task file and none is configured: the "
+                                     "server's service.workload_file names it (clients never give paths)")
 
     def _compiled(self) -> bool:
         return bool(self.settings.machine.get("compiled", True))
 
     def _stream(self, workload: dict | None, seed: int, workload_file: str | None = None, seg_n: int | None = None):  # noqa: ANN202
+        from hybridsched.service.stream import make_stream
+
         return make_stream(workload, workload_file if workload_file is not None else self.settings.workload_file,
                            self.cluster, seed, seg_n or self.settings.segment_tasks)
 

@@ -26,6 +26,10 @@ class RunRow(Base):
     config: Mapped[dict] = mapped_column(JSON)  # workload, policies, seed, segment_tasks, speed
     n_tasks: Mapped[int] = mapped_column(Integer, default=0)  # tasks committed (a prefix of the stream)
     sim_time: Mapped[float] = mapped_column(Float, default=0.0)
+    speed: Mapped[float | None] = mapped_column(Float, nullable=True)  # the speed it last ran at
+    # RaceStats.to_dict() as of n_tasks (written with the batch that brought n_tasks): a resumed
+    # run carries on its summaries instead of restarting them at n = 0
+    stats: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class TaskRow(Base):

@@ -12,7 +12,13 @@ def render(spec: dict[str, Any]) -> str:
              "Generated from the app's OpenAPI schema by `hybridsched openapi --out docs/api.md`; "
              "do not edit by hand. Interactive version: `/docs` on a running server.", "",
              "Endpoints marked **auth** need `Authorization: Bearer $HYBRIDSCHED_TOKEN` (401 without a token, "
-             "403 with a wrong one) and are rate limited per client address (429).", ""]
+             "403 with a wrong one) and are rate limited per client address (`rate_limit`, 429). Wrong or "
+             "missing tokens are counted too (`auth_fail_limit`): past it the address gets 429 for the rest of "
+             "the window, whatever token it sends. Every 429 carries `Retry-After` (seconds).", "",
+             "Bad input is 422 with one line naming the field (`detail`), before anything starts: JSON types "
+             "are strict (`true` is not a speed, `\"1\"` is not a seed), unknown or repeated policy names and "
+             "unknown workloads are 422, every integer is bounded (at most 2^31 - 1). A request body over "
+             "`max_body_bytes` (64 KiB) is refused with 413 before it is read.", ""]
     schemas = spec.get("components", {}).get("schemas", {})
     for path, ops in spec["paths"].items():
         for method, op in ops.items():

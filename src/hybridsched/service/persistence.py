@@ -50,6 +50,7 @@ class Batch:
     results: list[dict[str, np.ndarray]]  # one per policy; keys of ResultRow (policy as a str)
     training: list[dict[str, Any]] = field(default_factory=list)  # column dicts of TrainingRow
     retrains: list[dict[str, Any]] = field(default_factory=list)  # rows of RetrainRow
+    stats: dict[str, Any] | None = None  # RaceStats.to_dict() once this batch is in (runs.stats)
 
     def merge(self, other: Batch) -> Batch:
         """This batch followed by ``other`` (same run), as one."""
@@ -60,7 +61,7 @@ class Batch:
         results = [cat(by_policy[r["policy"]], r) if r["policy"] in by_policy else r for r in other.results]
         return Batch(self.run_id, other.n_tasks, other.sim_time, cat(self.tasks, other.tasks),
                      np.concatenate([self.deps, other.deps]), results, self.training + other.training,
-                     self.retrains + other.retrains)
+                     self.retrains + other.retrains, other.stats if other.stats is not None else self.stats)
 
 
 class Store:
@@ -109,7 +110,7 @@ class Store:
         self.engine.dispose()
 
     # --- runs --------------------------------------------------------------------------
-    def create_run(self, config: dict[str, Any]) -> int:
+    def create_run(self, config: dict[str, Any], speed: float | None = None) -> int:
         from sqlalchemy import insert
 
         from hybridsched.service.models import RunRow
@@ -117,8 +118,27 @@ class Store:
         now = time.time()
         with self.engine.begin() as conn:
             res = conn.execute(insert(RunRow).values(created_at=now, updated_at=now, status="running",
-                                                      config=config, n_tasks=0, sim_time=0.0))
+                                                      config=config, n_tasks=0, sim_time=0.0, speed=speed))
             return int(res.inserted_primary_key[0])
+
+    def set_speed(self, run_id: int, speed: float) -> None:
+        """Remember the speed of a run (a resumed run goes on at it)."""
+        from sqlalchemy import update
+
+        from hybridsched.service.models import RunRow
+
+        with self.engine.begin() as conn:
+            conn.execute(update(RunRow).where(RunRow.id == run_id).values(speed=speed, updated_at=time.time()))
+
+    def latest_run(self) -> dict[str, Any] | None:
+        """The newest run (any status), or None."""
+        from sqlalchemy import select
+
+        from hybridsched.service.models import RunRow
+
+        with self.engine.connect() as conn:
+            row = conn.execute(select(RunRow.__table__).order_by(RunRow.id.desc()).limit(1)).mappings().first()
+        return dict(row) if row else None
 
     def set_status(self, run_id: int, status: str) -> None:
         from sqlalchemy import update
@@ -206,8 +226,10 @@ class Store:
                 self._insert(conn, "training_data", tr)
             if batch.retrains:
                 conn.execute(insert(RetrainRow), batch.retrains)
-            conn.execute(update(RunRow).where(RunRow.id == batch.run_id)
-                         .values(n_tasks=batch.n_tasks, sim_time=batch.sim_time, updated_at=time.time()))
+            progress = {"n_tasks": batch.n_tasks, "sim_time": batch.sim_time, "updated_at": time.time()}
+            if batch.stats is not None:
+                progress["stats"] = batch.stats
+            conn.execute(update(RunRow).where(RunRow.id == batch.run_id).values(**progress))
 
     def _insert(self, conn, table: str, cols: dict[str, Any]) -> None:  # noqa: ANN001
         """One executemany straight through the driver: the batched hot path (SQLAlchemy's

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import secrets
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,6 +48,13 @@ class ServiceSettings(BaseSettings):
     tick_s: float = Field(0.1, gt=0.0)
     write_batch: int = Field(5000, ge=1)
     rate_limit: str = "30/minute"
+    # wrong or missing tokens, per client address, on every guarded endpoint: guessing costs time
+    auth_fail_limit: str = "10/minute"
+    # largest request body (bytes); a larger one is refused with 413 before it is read
+    max_body_bytes: int = Field(65536, ge=1024, le=2**30)
+    # the interpreter's thread switch interval while serving: the race and the database writer
+    # are busy Python threads, and a request waits up to this long for the GIL at each hand-over
+    switch_interval_s: float = Field(0.005, gt=0.0, le=0.1)
     client_queue: int = Field(8, ge=1)
     stall_drop_s: float = Field(10.0, gt=0.0)
     # the machine kind's composed config: cluster, workload, policies (name -> spec), workloads
@@ -73,10 +81,17 @@ class ServiceSettings(BaseSettings):
         name = name or self.workload
         if name is None:
             return dict(self.machine.get("workload") or {})
-        known = self.machine.get("workloads", {})
+        known = self.workloads()
         if name not in known:
             raise HybridschedError(f"workload {name!r}: not a machine-kind workload; known: {sorted(known)}")
         return dict(known[name])
+
+    def workloads(self) -> dict[str, dict[str, Any]]:
+        """Name -> config of the machine-kind workloads a client may start (``machine["workloads"]``
+        when given, else composed on first use: Hydra takes seconds for all of them, which the
+        server's start-up does not wait for)."""
+        known = self.machine.get("workloads")
+        return machine_workloads() if known is None else known
 
     def ensure_token(self) -> bool:
         """Generate a token when none is configured; True if one was generated (print it once)."""
@@ -99,9 +114,12 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> di
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base=None):
-            if "service" not in hydra_compose("config"):  # the group is optional in config.yaml's defaults
-                overrides = ["+service=default", *overrides]
-            cfg = hydra_compose("config", overrides=overrides)
+            # the group is optional in config.yaml's defaults: add it unless it is there (one
+            # composition, not two: composing takes seconds of the server's start-up)
+            first = overrides if _lists_service(conf_dir) else ["+service=default", *overrides]
+            cfg = hydra_compose("config", overrides=first)
+            if "service" not in cfg:
+                cfg = hydra_compose("config", overrides=["+service=default", *overrides])
     except HydraException as e:
         raise HybridschedError(f"config overrides {overrides}: {str(e).splitlines()[0]}") from None
     finally:
@@ -109,8 +127,29 @@ def compose(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> di
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=4)
+def _lists_service(conf_dir: Path) -> bool:
+    """Whether config.yaml's defaults list names the service group."""
+    import yaml
+
+    try:
+        defaults = yaml.safe_load((conf_dir / "config.yaml").read_text()).get("defaults", [])
+    except (OSError, AttributeError, yaml.YAMLError):
+        return True
+    keys = [next(iter(d)) if isinstance(d, dict) and d else str(d) for d in defaults]
+    return any(k.split("@")[0].removeprefix("optional ").strip() == "service" for k in keys)
+
+
+_WORKLOADS_LOCK = threading.Lock()
+
+
 def machine_workloads(conf_dir: Path = CONF_DIR) -> dict[str, dict[str, Any]]:
+    """:func:`_machine_workloads`, one caller at a time (Hydra's global state is not thread-safe)."""
+    with _WORKLOADS_LOCK:
+        return _machine_workloads(conf_dir)
+
+
+@functools.lru_cache(maxsize=4)
+def _machine_workloads(conf_dir: Path = CONF_DIR) -> dict[str, dict[str, Any]]:
     """Name -> composed ``workload`` block of every machine-kind option in ``conf/workload/``
     (Hydra composes each, so a scenario's defaults list and interpolations mean what they
     mean in the pipeline).  Cached: the options change only with the code."""
@@ -137,7 +176,7 @@ def machine_section(cfg: dict[str, Any]) -> dict[str, Any]:
     policies = cfg.get("policies", {})
     specs = policies.get("machine", policies)  # the per-kind layout nests specs under the kind
     return {"cluster": cfg["cluster"], "workload": cfg["workload"], "policies": specs,
-            "workloads": machine_workloads(), "compiled": bool(cfg.get("sim", {}).get("compiled", True))}
+            "compiled": bool(cfg.get("sim", {}).get("compiled", True))}
 
 
 def load_settings(overrides: list[str] | None = None, **fields: Any) -> ServiceSettings:

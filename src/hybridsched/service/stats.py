@@ -15,6 +15,7 @@ _LO, _HI, _BINS = -4.0, 6.0, 800
 _EDGES = np.logspace(_LO, _HI, _BINS + 1)
 SIZE_BINS, INTENSITY_BINS = 6, 6
 WINDOW_S = 60.0  # the Gantt and utilisation window, simulated seconds
+MAX_PARTS = 20_000  # device parts kept per policy for that window (rows of 4 floats)
 
 
 class PolicyStats:
@@ -88,10 +89,21 @@ class RaceStats:
         np.add.at(self.heat_gpu, (si, ii), (frac >= 0.5).astype(np.int64))
 
     def trim(self, now: float) -> None:
-        """Forget parts that ended before the window."""
+        """Forget parts that ended before the window, row by row (a block's parts end in any
+        order: one late part must not keep the whole block), and keep at most
+        ``MAX_PARTS`` per policy, those starting first: an overloaded policy books parts ever
+        further ahead, and the window only needs the next ones."""
+        lo = now - WINDOW_S
         for s in self.by_policy.values():
-            while s.parts and np.nanmax(s.parts[0][:, 2]) < now - WINDOW_S:
-                s.parts.popleft()
+            if not s.parts:
+                continue
+            a = np.vstack(list(s.parts)) if len(s.parts) > 1 else s.parts[0]
+            a = a[a[:, 2] >= lo]
+            if len(a) > MAX_PARTS:
+                a = a[np.argsort(a[:, 1], kind="stable")[:MAX_PARTS]]
+            s.parts.clear()
+            if len(a):
+                s.parts.append(a)
 
     def recent_parts(self, policy: str, now: float, limit: int = 3000) -> np.ndarray:
         """(k, 4) device, start, end, task_id of ``policy``'s parts overlapping the last window."""
@@ -126,6 +138,28 @@ class RaceStats:
                       "cost_usd": s.cost_sum,
                       "retrains": self.retrains[p]}
         return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The totals as JSON-able values (the runs table keeps them with each committed batch);
+        the Gantt window is not kept (it refills within a simulated minute)."""
+        return {"policies": self.policies, "wins": self.wins.tolist(), "heat_gpu": self.heat_gpu.tolist(),
+                "heat_all": self.heat_all.tolist(), "size_edges": self.size_edges.tolist(), "retrains": self.retrains,
+                "by_policy": {p: {"n": s.n, "latency_sum": s.latency_sum, "energy_sum": s.energy_sum,
+                                  "cost_sum": s.cost_sum, "hist": s.hist.tolist()} for p, s in self.by_policy.items()}}
+
+    def restore(self, d: dict[str, Any]) -> None:
+        """Carry on from ``to_dict()`` of the same policies (a resumed run)."""
+        if list(d.get("policies", [])) != self.policies:
+            raise ValueError(f"statistics of policies {d.get('policies')}, not {self.policies}")
+        self.wins = np.asarray(d["wins"], dtype=np.int64).reshape(self.wins.shape)
+        self.heat_gpu = np.asarray(d["heat_gpu"], dtype=np.int64).reshape(self.heat_gpu.shape)
+        self.heat_all = np.asarray(d["heat_all"], dtype=np.int64).reshape(self.heat_all.shape)
+        self.size_edges = np.asarray(d["size_edges"], dtype=np.float64)
+        self.retrains = {p: int(d["retrains"].get(p, 0)) for p in self.policies}
+        for p, s in self.by_policy.items():
+            b = d["by_policy"][p]
+            s.n, s.latency_sum, s.energy_sum, s.cost_sum = int(b["n"]), b["latency_sum"], b["energy_sum"], b["cost_sum"]
+            s.hist = np.asarray(b["hist"], dtype=np.int64)
 
     def heatmap(self) -> dict[str, Any]:
         share = np.where(self.heat_all > 0, self.heat_gpu / np.maximum(self.heat_all, 1), -1.0)

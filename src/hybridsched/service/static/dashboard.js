@@ -11,7 +11,18 @@ let policies = [];
 let nDevices = 5;
 const utilHistory = [];  // {t, util: {policy: [per device]}}
 const retrains = [];     // {x: sim_time, y: policy index, policy}
+const WINDOW_S = 60;     // the utilisation and Gantt window (simulated s), as the server's stats.WINDOW_S
+let lastRate = null;     // tasks/s from the latest status or update: the header keeps it while running
 const mark = (chart) => { chart.canvas.dataset.drawn = "1"; };
+// log axes: label only 1, 2, 5 x 10^k (or only 10^k over many decades) so labels never overlap
+function logTicks(value, index, ticks) {
+  const lo = ticks[0] ? ticks[0].value : value, hi = ticks.length ? ticks[ticks.length - 1].value : value;
+  const decades = Math.log10(Math.max(hi, 1e-12) / Math.max(lo, 1e-12));
+  const m = Math.round(value / Math.pow(10, Math.floor(Math.log10(value) + 1e-9)));
+  const keep = decades > 3 ? m === 1 : (m === 1 || m === 2 || m === 5);
+  return keep ? Number(value.toPrecision(3)).toLocaleString("en-US", { maximumSignificantDigits: 3 }) : "";
+}
+const LOG_TICKS = { autoSkip: true, autoSkipPadding: 8, maxRotation: 0, callback: logTicks };
 const drawnPlugin = { id: "drawn", afterDraw(chart) { if (chart.$hasData) mark(chart); } };
 Chart.register(drawnPlugin);
 Chart.defaults.animation = false;
@@ -19,17 +30,22 @@ Chart.defaults.maintainAspectRatio = false;
 
 const charts = {
   race: new Chart($("chart-race"), { type: "bar", data: { labels: [], datasets: [{ label: "mean latency (s)", data: [], backgroundColor: COLORS }] },
-    options: { plugins: { legend: { display: false } }, scales: { y: { type: "logarithmic", title: { display: true, text: "s" } } } } }),
+    options: { plugins: { legend: { display: false } },
+      scales: { x: { ticks: { autoSkip: false, maxRotation: 30 } },
+                y: { type: "logarithmic", title: { display: true, text: "s" }, ticks: LOG_TICKS } } } }),
   cdf: new Chart($("chart-cdf"), { type: "line", data: { datasets: [] },
-    options: { parsing: false, scales: { x: { type: "logarithmic", title: { display: true, text: "latency (s)" } }, y: { min: 0, max: 1 } } } }),
+    options: { parsing: false, scales: { x: { type: "logarithmic", title: { display: true, text: "latency (s)" }, ticks: LOG_TICKS },
+                                         y: { min: 0, max: 1, ticks: { stepSize: 0.2 } } } } }),
   util: new Chart($("chart-util"), { type: "line", data: { datasets: [] },
-    options: { parsing: false, scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" } }, y: { min: 0, max: 1 } } } }),
+    options: { parsing: false, scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" },
+                                              ticks: { maxRotation: 0, autoSkipPadding: 12 } }, y: { min: 0, max: 1 } } } }),
   retrain: new Chart($("chart-retrain"), { type: "scatter", data: { datasets: [{ label: "retrain", data: [], pointRadius: 3 }] },
     options: { plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "sim time (s)" } },
       y: { ticks: { stepSize: 1, callback: (v) => policies[v] ?? "" }, min: -1 } } } }),
   gantt: new Chart($("chart-gantt"), { type: "bar", data: { labels: [], datasets: [{ label: "parts", data: [], backgroundColor: [] }] },
     options: { indexAxis: "y", parsing: { xAxisKey: "x", yAxisKey: "y" }, plugins: { legend: { display: false } },
-      scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" } }, y: { type: "category" } } } }),
+      scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" }, ticks: { maxRotation: 0, autoSkipPadding: 12 } },
+                y: { type: "category" } } } }),
 };
 
 function setPolicies(list) {
@@ -47,15 +63,33 @@ $("policy").addEventListener("change", () => { document.querySelectorAll(".pol")
 function showStatus(s) {
   const st = $("status");
   st.dataset.state = s.state;
-  const rate = s.tasks_per_s !== undefined && s.tasks_per_s !== null ? ` · ${Math.round(s.tasks_per_s)} tasks/s` : "";
-  st.textContent = `${s.state} · run ${s.run_id ?? "-"} · ${s.tasks ?? 0} tasks · sim ${(s.sim_time ?? 0).toFixed(1)} s · speed ${s.speed}${rate}`;
+  if (s.tasks_per_s !== undefined && s.tasks_per_s !== null) lastRate = s.tasks_per_s;
+  const rate = s.state === "running" && lastRate !== null ? ` · ${Math.round(lastRate).toLocaleString("en-US")} tasks/s` : "";
+  const resumable = s.resumable ? " · resumable" : "";
+  st.textContent = `${s.state} · run ${s.run_id ?? "-"} · ${(s.tasks ?? 0).toLocaleString("en-US")} tasks · sim ${(s.sim_time ?? 0).toFixed(1)} s · speed ${s.speed}${rate}${resumable}`;
+  // a run left by a stopped or killed server can be continued (POST start {"resume": true})
+  const cont = $("btn-continue");
+  cont.hidden = !s.resumable;
+  cont.textContent = `Continue run ${s.run_id ?? ""}`;
+  if (s.state === "interrupted") $("message").textContent = `run ${s.run_id} was interrupted (the server stopped during it); Continue resumes it`;
   if (s.policies && s.policies.length) setPolicies(s.policies);
+  if (s.summary && Object.keys(s.summary).length && !window.hybridschedUpdates) drawRace(s.summary);
 }
 
 function drawRace(summary) {
   const names = Object.keys(summary);
+  const means = names.map((p) => summary[p].mean_latency);
   charts.race.data.labels = names;
-  charts.race.data.datasets[0].data = names.map((p) => summary[p].mean_latency);
+  charts.race.data.datasets[0].data = means;
+  // a log axis draws a bar from its minimum: put the minimum a decade-step below the smallest
+  // mean, so the best policy (often < 1 s) has a visible bar too
+  const pos = means.filter((m) => m !== null && m > 0);
+  const y = charts.race.options.scales.y;
+  if (pos.length) {
+    const lo = Math.min(...pos), hi = Math.max(...pos);
+    y.min = Math.pow(10, Math.floor(Math.log10(lo * 0.8)));
+    y.max = Math.pow(10, Math.ceil(Math.log10(hi * 1.25)));
+  }
   charts.race.$hasData = names.some((p) => summary[p].n > 0);
   charts.race.update();
 }
@@ -70,6 +104,9 @@ function drawCdf(cdf) {
 function drawUtil() {
   const p = $("policy").value;
   if (!p) return;
+  const now = utilHistory.length ? utilHistory[utilHistory.length - 1].t : 0;
+  charts.util.options.scales.x.min = Math.max(0, now - WINDOW_S);  // the caption's "last 60 sim s"
+  charts.util.options.scales.x.max = Math.max(now, WINDOW_S);
   const ds = [];
   for (let d = 0; d < nDevices; d++) {
     ds.push({ label: d === 0 ? "CPU" : `GPU ${d - 1}`, borderColor: COLORS[d % COLORS.length], pointRadius: 0,
@@ -95,13 +132,22 @@ function colourOf(share) {  // blue = CPU wins, orange = GPU wins, grey = no tas
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
+// text in at most ``width`` pixels: the font shrinks (down to 8 px) before anything is cut
+function fitText(ctx, text, x, y, width) {
+  let size = 11;
+  ctx.font = `${size}px sans-serif`;
+  while (size > 8 && ctx.measureText(text).width > width) { size -= 0.5; ctx.font = `${size}px sans-serif`; }
+  ctx.fillText(text, x, y, width);
+  ctx.font = "11px sans-serif";
+}
+
 function drawGrid(canvas, rows, cols, cell, text, rowLabels, colLabels, title) {
   const ctx = canvas.getContext("2d");
   const W = canvas.width = canvas.clientWidth || 520, H = canvas.height = canvas.clientHeight || 300;
   ctx.clearRect(0, 0, W, H);
-  const left = 90, top = 20, bottom = 34;
-  const cw = (W - left - 10) / cols, ch = (H - top - bottom) / rows;
   ctx.font = "11px sans-serif";
+  const left = Math.min(130, 8 + Math.max(40, ...rowLabels.map((l) => ctx.measureText(l).width))), top = 20, bottom = 34;
+  const cw = (W - left - 10) / cols, ch = (H - top - bottom) / rows;
   for (let r = 0; r < rows; r++) {
     for (let c = 0; c < cols; c++) {
       ctx.fillStyle = cell(r, c);
@@ -111,10 +157,10 @@ function drawGrid(canvas, rows, cols, cell, text, rowLabels, colLabels, title) {
       ctx.fillText(text(r, c), left + (c + 0.5) * cw, top + (r + 0.5) * ch + 4);
     }
     ctx.textAlign = "right";
-    ctx.fillText(rowLabels[r], left - 4, top + (r + 0.5) * ch + 4);
+    fitText(ctx, rowLabels[r], left - 4, top + (r + 0.5) * ch + 4, left - 8);
   }
   ctx.textAlign = "center";
-  for (let c = 0; c < cols; c++) ctx.fillText(colLabels[c], left + (c + 0.5) * cw, H - bottom + 14);
+  for (let c = 0; c < cols; c++) fitText(ctx, colLabels[c], left + (c + 0.5) * cw, H - bottom + 14, cw - 4);
   ctx.fillText(title, left + (W - left) / 2, H - 4);
   canvas.dataset.drawn = "1";
 }
@@ -135,7 +181,7 @@ function drawWinLoss(w) {
   let max = 1;
   w.wins.forEach((row) => row.forEach((v) => (max = Math.max(max, v))));
   drawGrid($("chart-winloss"), n, n, (r, c) => (r === c ? "#f3f4f6" : `rgba(22,163,74,${0.1 + 0.9 * w.wins[r][c] / max})`),
-    (r, c) => (r === c ? "" : String(w.wins[r][c])), w.policies, w.policies.map((p) => p.slice(0, 10)), "wins of row vs column");
+    (r, c) => (r === c ? "" : String(w.wins[r][c])), w.policies, w.policies, "wins of row vs column");
 }
 
 async function gantt() {
@@ -149,22 +195,23 @@ async function gantt() {
   charts.gantt.data.labels = labels;
   charts.gantt.data.datasets[0].data = g.parts.map((q) => ({ x: [q[1], q[2]], y: labels[q[0]] }));
   charts.gantt.data.datasets[0].backgroundColor = g.parts.map((q) => COLORS[q[3] % COLORS.length]);
-  charts.gantt.options.scales.x.min = g.now - 60;
-  charts.gantt.options.scales.x.max = g.now;
+  charts.gantt.options.scales.x.min = Math.max(0, g.now - WINDOW_S);
+  charts.gantt.options.scales.x.max = Math.max(g.now, WINDOW_S);
   charts.gantt.$hasData = g.parts.length > 0;
   charts.gantt.update();
 }
 
+window.hybridschedCharts = charts;  // the browser test reads bar geometry
 window.hybridschedUpdates = 0;  // updates drawn (the browser test waits for several)
 function onUpdate(u) {
   window.hybridschedUpdates += 1;
   nDevices = (u.utilisation && Object.values(u.utilisation)[0] || []).length || nDevices;
   showStatus({ state: u.state, run_id: u.run_id, tasks: u.tasks, sim_time: u.sim_time, speed: u.speed,
-               policies: u.winloss.policies });
+               policies: u.winloss.policies, tasks_per_s: u.tasks_per_s, resumable: u.resumable });
   drawRace(u.policies);
   drawCdf(u.cdf);
   utilHistory.push({ t: u.sim_time, util: u.utilisation });
-  while (utilHistory.length > 600) utilHistory.shift();
+  while (utilHistory.length > 600 || (utilHistory.length && utilHistory[0].t < u.sim_time - WINDOW_S)) utilHistory.shift();
   drawUtil();
   drawHeat(u.heatmap);
   drawWinLoss(u.winloss);
@@ -211,7 +258,15 @@ $("btn-start").onclick = () => post("/api/simulation/start", { workload: $("work
 $("btn-pause").onclick = () => post("/api/simulation/pause");
 $("btn-resume").onclick = () => post("/api/simulation/resume");
 $("btn-stop").onclick = () => post("/api/simulation/stop");
+$("btn-continue").onclick = () => post("/api/simulation/start", { resume: true });
 $("btn-speed").onclick = () => post("/api/simulation/speed", { speed: Number($("speed").value) });
+
+for (const c of COLORS) {  // the Gantt legend's colour cycle
+  const sw = document.createElement("span");
+  sw.className = "swatch";
+  sw.style.background = c;
+  $("legend-gantt-colours").appendChild(sw);
+}
 
 (async function init() {
   const c = await (await fetch("/api/config")).json();
