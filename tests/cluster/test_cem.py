@@ -18,7 +18,7 @@ from hybridsched.kinds import get_kind
 from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.cem import FEATURES, CEMPolicy, ScoredEFT
 from hybridsched.kinds.cluster.engine import simulate
-from hybridsched.kinds.cluster.kernels import kernel_for
+from hybridsched.kinds.cluster.kernel_choice import kernel_for
 from hybridsched.kinds.cluster.metrics import check_trace
 from hybridsched.kinds.cluster.nodes import run_inputs
 from hybridsched.kinds.cluster.workload import build_cluster, load_workload

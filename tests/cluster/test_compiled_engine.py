@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.engine import simulate
-from hybridsched.kinds.cluster.kernels import kernel_for
+from hybridsched.kinds.cluster.kernel_choice import kernel_for
 from hybridsched.kinds.cluster.metrics import check_trace
 from hybridsched.kinds.cluster.nodes import NodeCluster, run_inputs
 from hybridsched.kinds.cluster.speeds import speed_table
@@ -113,9 +113,9 @@ def test_a_subclass_takes_the_python_loop():
 
 @needs_traces
 def test_fgd_without_the_score_memo_gives_the_same_trace(monkeypatch):
-    from hybridsched.kinds.cluster import kernels
+    from hybridsched.kinds.cluster import kernel_choice
 
-    monkeypatch.setattr(kernels, "FGD_MEMO_ENTRIES", 0)
+    monkeypatch.setattr(kernel_choice, "FGD_MEMO_ENTRIES", 0)
     test_compiled_trace_equals_python_trace_on_the_real_trace("fgd")
 
 

@@ -123,7 +123,7 @@ class ScoredEFT(EarliestFinishTime):
         return (np.ascontiguousarray(self.table), tk, tp, tw, self.params)
 
     def kernel(self) -> Kernel | None:
-        """The compiled choice for ``kernels.kernel_for``; None if a subclass overrides ``choose``."""
+        """The compiled choice for ``kernel_choice.kernel_for``; None if a subclass overrides ``choose``."""
         if type(self).choose is not ScoredEFT.choose:
             return None
         return Kernel(_choose_scored, ALL, self._kernel_data(), np.zeros(1, dtype=np.int64))

@@ -67,7 +67,7 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
     an empty cluster (``fits_any_node``), else it could wait forever and this raises.
 
     With ``compiled`` (and no ``max_events``), a policy whose exact class has a choice kernel
-    (``kernels.kernel_for``) runs in the compiled loop of ``kernels.py``, with the same trace;
+    (``kernel_choice.kernel_for``) runs in the compiled loop of ``kernels.py``, with the same trace;
     any other policy, or ``compiled=False``, runs the Python loop below."""
     n = len(inp)
     fits_any = fits_any_node(inp, cluster)
@@ -81,7 +81,7 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
     key = policy.queue_key()
     key = inp.arrival if key is None else np.asarray(key, dtype=np.float64)
     if compiled and max_events is None:
-        from hybridsched.kinds.cluster.kernels import kernel_for
+        from hybridsched.kinds.cluster.kernel_choice import kernel_for
 
         fast = kernel_for(policy)
         if fast is not None:
