@@ -19,7 +19,8 @@ needs_traces = pytest.mark.skipif(not (G.ALIBABA.is_dir() and G.GAVEL.is_file())
 def test_schedules_equal_the_recorded_ones(wname, n, factor):
     train, test, cluster = G.workload(n, factor)
     inp = G.run_inputs(test, cluster)
-    assert G.workload_hash(inp, cluster) == GOLDEN[wname]["_workload"], "the fixed workload itself changed"
+    assert G.workload_hash(inp, cluster) == GOLDEN[wname]["_workload"], ("the fixed workload itself changed (numpy on its AVX-512 kernels? `make test` sets "
+                                                                          "NPY_DISABLE_CPU_FEATURES, docs/reproducibility.md)")
     got = {"_workload": GOLDEN[wname]["_workload"]}
     for pname, make in G.POLICIES.items():
         pol = make()
