@@ -57,11 +57,29 @@ def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
     return reqs
 
 
-def _pred_table(run: Run, s: ServingSettings, lat: np.ndarray) -> tuple[np.ndarray, str]:
-    """The scheduler's latency model: the learned predictor's table, or the profile table."""
+def _fit_predictor(run: Run, s: ServingSettings, table: pd.DataFrame):  # -> LatencyPredictor
+    """The learned latency predictor of the ``serving.predictor`` settings, fitted on the
+    latency table (seeded: the same table and settings give the same predictor)."""
+    from hybridsched.kinds.serving.predictor import LatencyPredictor
+
+    p = _block(run, "predictor")
+    return LatencyPredictor.fit(table, s, p.get("model", "random_forest"), int(p.get("seed", 0)),
+                                int(p.get("n_estimators", 200)))
+
+
+def _pred_table(run: Run, s: ServingSettings, lat: np.ndarray, table: pd.DataFrame | None = None) -> tuple[np.ndarray, str]:
+    """The scheduler's latency model: the learned predictor's table, or the profile table.
+
+    With ``table`` (the stages that run before ``train_rf`` in the DAG: tune, train_dqn) the
+    predictor is fitted here, in memory, from the latency table they declare as a dep: the same
+    seeded fit that train_rf saves (well under a second), so no stage reads models/rf before
+    train_rf writes it.  Without, it is read from train_rf's ``pred_latency.npy`` (simulate).
+    """
     p = _block(run, "predictor")
     if p.get("use", "learned") == "table":
         return lat, "latency table"
+    if table is not None:
+        return _fit_predictor(run, s, table).dense(), "learned predictor"
     path = Path(p.get("model_dir", "models/rf")) / "pred_latency.npy"
     try:
         pred = np.load(path)
@@ -145,7 +163,7 @@ def validate(run: Run) -> dict[str, Any]:
 
 def train_rf(run: Run) -> dict[str, Any]:
     """Latency predictor scored on held-out batch sizes, then fitted on the whole table."""
-    from hybridsched.kinds.serving.predictor import LatencyPredictor, held_out_scores, importance
+    from hybridsched.kinds.serving.predictor import held_out_scores, importance
     from hybridsched.plots import save_importance_png
 
     s = settings_of(run)
@@ -153,7 +171,7 @@ def train_rf(run: Run) -> dict[str, Any]:
     lat, table = _tables(run, s)
     kind, n_est, seed = p.get("model", "random_forest"), int(p.get("n_estimators", 200)), int(p.get("seed", 0))
     scores = held_out_scores(table, s, list(p.get("test_batches", [2, 8, 32])), kind, seed, n_est)
-    model = LatencyPredictor.fit(table, s, kind, seed, n_est)
+    model = _fit_predictor(run, s, table)
     imp = importance(model)
     metrics = {"model": kind, **scores, "latency_table": s.latency_table, "importance": imp}
     model_dir = Path(p.get("model_dir", "models/rf"))
@@ -177,9 +195,9 @@ def train_dqn(run: Run) -> dict[str, Any]:
 
     s = settings_of(run)
     cfg = _block(run, "dqn")
-    lat, _ = _tables(run, s)
+    lat, table = _tables(run, s)
     reqs = _requests(run, s, "train", lat)
-    pred, _ = _pred_table(run, s, lat)
+    pred, _ = _pred_table(run, s, lat, table)
     result = dqn.train(reqs, s, lat, pred, cfg)
     with atomic_dir(cfg.get("model_dir", "models/dqn")) as tmp:
         dqn.save(tmp, result)
@@ -212,8 +230,8 @@ def tune(run: Run) -> dict[str, Any]:
 
     s = settings_of(run)
     cfg = _block(run, "tune")
-    lat, _ = _tables(run, s)
-    pred, _ = _pred_table(run, s, lat)
+    lat, table = _tables(run, s)
+    pred, _ = _pred_table(run, s, lat, table)
     train = _requests(run, s, "train", lat).frame
     res = run_study(train, s, lat, pred, run.cfg["policies"]["serving"]["dynamic"], cfg)
     study = res.pop("study")
