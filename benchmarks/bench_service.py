@@ -2,7 +2,8 @@
 statistics, metrics, SQLite persistence) with 50 WebSocket clients and a steady REST load,
 and the REST P99 latency under that load, on a real uvicorn server on 127.0.0.1.
 
-Run: `python -m benchmarks.bench_service [--seconds 20] [--clients 50] [--rest-rps 20]`
+Run: `python -m benchmarks.bench_service [--seconds 20] [--clients 50] [--rest-rps 20] [--smoke]
+[OVERRIDE ...]`
 (after `make repro`, which trains models/rf and models/dqn; `--small-models` trains small
 stand-ins into a temp dir instead, for a machine without them).
 Targets: >= 5,000 tasks/s broadcast to 6 policies with SQLite persistence; REST P99 < 50 ms.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import report
+from benchmarks.common import parse, report
 
 TARGET_TASKS_PER_S = 5_000
 TARGET_P99_MS = 50.0
@@ -88,7 +89,9 @@ def main() -> None:
     ap.add_argument("--rest-rps", type=float, default=20.0)
     ap.add_argument("--policies", nargs="+", default=POLICIES)
     ap.add_argument("--small-models", action="store_true", help="train small stand-in models into a temp dir")
-    args = ap.parse_args()
+    args = parse(ap)
+    if args.smoke:  # a few seconds, small stand-in models
+        args.seconds, args.clients, args.rest_rps, args.small_models = 2.0, 2, 5.0, True
 
     import httpx
     import uvicorn
@@ -97,7 +100,7 @@ def main() -> None:
     from hybridsched.service.settings import load_settings
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
-    settings = load_settings([], database_url=f"sqlite:///{tmp}/bench.db", token="bench", speed=0.0,
+    settings = load_settings(args.overrides, database_url=f"sqlite:///{tmp}/bench.db", token="bench", speed=0.0,
                              rate_limit="100000/minute")
     settings.policies = list(args.policies)
     if args.small_models:
