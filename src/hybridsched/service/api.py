@@ -151,6 +151,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
         """What a client may choose: policies and workloads; the defaults in use."""
         s = app_state.settings
         return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(s.machine.get("workloads", {})),
-                "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices}
+                "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices,
+                "left_out": s.left_out}  # configured policies left out: their model is missing
 
     return router
