@@ -2,7 +2,7 @@
 
 In a scratch git clone of the project (nothing of data/ or models/, as a fresh clone), run
 ``dvc exp run -S workload=NAME`` for every ``conf/workload/NAME.yaml`` (shrunk by the ``-S``
-overrides of :data:`TINY`), then ``dvc exp run -S workload=default`` back.  Every stage process
+overrides of :data:`TINY`), then ``-S policy=eft`` and ``dvc exp run -S workload=default`` back.  Every stage process
 runs under the file-access recorder (tests/audit/sitecustomize.py); a stage that reads a file
 under data/, models/, metrics/ or the traces that is not among its deps or outs, or writes one
 outside its outs, fails ``test_stages_touch_only_declared_files`` for that workload.
@@ -49,9 +49,9 @@ def overrides(name: str) -> list[str]:
     return [f"workload={name}", *(o for o in TINY if kind_keys.get(o.split("=")[0], True)), *EXTRA.get(name, [])]
 
 
-def exp_run(root: Path, name: str, audit: Path) -> dict:
+def exp_run(root: Path, name: str, audit: Path, extra: list[str] = ()) -> dict:
     """``dvc exp run -S workload=NAME -S ...`` in ``root`` under the recorder; its outcome."""
-    args = [a for o in overrides(name) for a in ("-S", o)]
+    args = [a for o in [*overrides(name), *extra] for a in ("-S", o)]
     t0 = time.perf_counter()
     r = run("dvc", "exp", "run", *args, cwd=root, timeout=1800, audit=audit)
     return {"rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1),
@@ -67,16 +67,16 @@ def switched(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
 
     small_workload(400).to_frame().to_csv(root / "tasks.csv", index=False)  # workload=file's task file
     logs = root.parent / "audit"
-    order = ["default", *(w for w in WORKLOADS if w != "default"), "back"]
+    order = ["default", *(w for w in WORKLOADS if w != "default"), "policy_eft", "back"]
     out = {}
     for label in order:
-        name = "default" if label == "back" else label
-        out[label] = exp_run(root, name, logs / label)
+        name = label if label in WORKLOADS else "default"
+        out[label] = exp_run(root, name, logs / label, ["policy=eft"] if label == "policy_eft" else [])
         print(f"dvc exp run -S workload={name}: rc {out[label]['rc']} in {out[label]['seconds']} s")
     return root, out
 
 
-@pytest.mark.parametrize("label", [*WORKLOADS, "back"])
+@pytest.mark.parametrize("label", [*WORKLOADS, "policy_eft", "back"])
 def test_dvc_exp_run_switches_to_every_workload(switched, label):
     root, out = switched
     r = out[label]
@@ -85,7 +85,7 @@ def test_dvc_exp_run_switches_to_every_workload(switched, label):
     assert summary  # evaluate wrote the switched kind's summary
 
 
-@pytest.mark.parametrize("label", [*WORKLOADS, "back"])
+@pytest.mark.parametrize("label", [*WORKLOADS, "policy_eft", "back"])
 def test_stages_touch_only_declared_files(switched, label):
     root, out = switched
     r = out[label]
