@@ -72,7 +72,9 @@ def switched(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     for label in order:
         name = label if label in WORKLOADS else "default"
         out[label] = exp_run(root, name, logs / label, ["policy=eft"] if label == "policy_eft" else [])
-        print(f"dvc exp run -S workload={name}: rc {out[label]['rc']} in {out[label]['seconds']} s")
+        print(f"dvc exp run ({label}): rc {out[label]['rc']} in {out[label]['seconds']} s")
+        if out[label]["rc"]:
+            print(out[label]["output"])
     return root, out
 
 

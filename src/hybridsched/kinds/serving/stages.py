@@ -247,6 +247,11 @@ def tune(run: Run) -> dict[str, Any]:
     pngs = [save_axes(ovm.plot_optimization_history(study), plots / "tune_history.png")]
     if len(study.trials) > 2:
         pngs.append(save_axes(ovm.plot_param_importances(study), plots / "tune_importance.png"))
+    else:  # a declared output of the tune stage: written either way, saying why it is empty
+        from hybridsched.not_applicable import write_placeholders
+
+        pngs += write_placeholders([plots / "tune_importance.png"],
+                                   f"parameter importances need 3+ trials (this study has {len(study.trials)})")
     run.track("tune", {"best": summary["best"], "default": summary["default"]}, [run.metrics_dir / "tune.json", *pngs])
     return summary
 
