@@ -36,10 +36,14 @@ if os.environ.get("HYBRIDSCHED_SWITCH_ONLY"):
     WORKLOADS = [w for w in WORKLOADS if w in os.environ["HYBRIDSCHED_SWITCH_ONLY"].split(",")]
 # per workload, extra settings it needs (workload=file: the task file to read)
 EXTRA = {"file": ["workload.path=tasks.csv"]}
+# the runs, in order: the committed kind first, every other workload, one policy, back again
+ORDER = [*(["default"] if "default" in WORKLOADS else []), *(w for w in WORKLOADS if w != "default"),
+         *(["policy_eft"] if "default" in WORKLOADS else []), "back"]
+FIRST = ORDER[0]  # in a fresh clone: runs every stage, fgd_atc23 included
 # a trace file each kind is known to read, and the stage that reads it (the recorder must see it)
 TRACE_READS = {"alibaba_gpu_2023": ("generate", "alibaba-gpu-v2023/openb_pod_list_default.csv"),
                "serving_azure": ("generate", "azure-llm-2023/AzureLLMInferenceTrace_code.csv"),
-               "default": ("fgd_atc23", "alibaba-gpu-v2023/openb_node_list_all_node.csv")}
+               FIRST: ("fgd_atc23", "alibaba-gpu-v2023/openb_node_list_all_node.csv")}
 
 
 def overrides(name: str) -> list[str]:
@@ -60,17 +64,15 @@ def exp_run(root: Path, name: str, audit: Path, extra: list[str] = ()) -> dict:
 
 @pytest.fixture(scope="module")
 def switched(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
-    """The scratch clone after every switch: (clone, {run label: outcome}); ``default`` first
-    (the committed state's kind), every other workload, then ``back`` (workload=default again)."""
+    """The scratch clone after every switch: (clone, {run label: outcome}) for :data:`ORDER`."""
     root = scratch_copy(tmp_path_factory.mktemp("switch"))
     from tests.conftest import small_workload
 
     small_workload(400).to_frame().to_csv(root / "tasks.csv", index=False)  # workload=file's task file
     logs = root.parent / "audit"
-    order = ["default", *(w for w in WORKLOADS if w != "default"), "policy_eft", "back"]
     out = {}
-    for label in order:
-        name = label if label in WORKLOADS else "default"
+    for label in ORDER:
+        name = label if label in WORKLOADS else "default"  # policy_eft and back: the default workload
         out[label] = exp_run(root, name, logs / label, ["policy=eft"] if label == "policy_eft" else [])
         print(f"dvc exp run ({label}): rc {out[label]['rc']} in {out[label]['seconds']} s")
         if out[label]["rc"]:
@@ -78,7 +80,7 @@ def switched(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     return root, out
 
 
-@pytest.mark.parametrize("label", [*WORKLOADS, "policy_eft", "back"])
+@pytest.mark.parametrize("label", ORDER)
 def test_dvc_exp_run_switches_to_every_workload(switched, label):
     root, out = switched
     r = out[label]
@@ -87,7 +89,7 @@ def test_dvc_exp_run_switches_to_every_workload(switched, label):
     assert summary  # evaluate wrote the switched kind's summary
 
 
-@pytest.mark.parametrize("label", [*WORKLOADS, "policy_eft", "back"])
+@pytest.mark.parametrize("label", ORDER)
 def test_stages_touch_only_declared_files(switched, label):
     root, out = switched
     r = out[label]
@@ -95,11 +97,11 @@ def test_stages_touch_only_declared_files(switched, label):
     by_name = {s.name: s for s in r["stages"]}
     bad = [line for name in ran for line in undeclared(by_name[name], accesses(r["audit"] / f"{name}.log", root), root)]
     assert not bad, f"workload={label}: stages touch files dvc.yaml does not declare:\n  " + "\n  ".join(bad)
-    if label == "default":
+    if label == FIRST:
         assert set(ran) == set(by_name), f"the first run in a fresh clone runs every stage: ran {ran}"
 
 
-@pytest.mark.parametrize("label", sorted(set(TRACE_READS) & set(WORKLOADS)))
+@pytest.mark.parametrize("label", sorted(set(TRACE_READS) & set(ORDER)))
 def test_the_recorder_sees_trace_reads(switched, label):
     """The recorder sees the stages' reads (here: a trace outside the repo, declared as a dep)."""
     root, out = switched
@@ -112,14 +114,15 @@ def test_the_check_fails_when_a_dep_or_out_is_removed(switched):
     """A test of the test: with a dep removed from a parsed copy of a stage, the read the
     recorder saw is reported; with an out removed, the write."""
     root, out = switched
-    r = out["default"]
+    r = out[FIRST]
     tune = next(s for s in r["stages"] if s.name == "tune")
     seen = accesses(r["audit"] / "tune.log", root)
     assert not undeclared(tune, seen, root)
-    cut = Stage(tune.name, tune.cmd, [d for d in tune.deps if d != "data/workload/train.parquet"], tune.outs)
+    cut = Stage(tune.name, tune.cmd, [d for d in tune.deps if d != "data/workload/train.parquet"], tune.outs,
+                tune.allowed)
     assert len(cut.deps) == len(tune.deps) - 1
     assert undeclared(cut, seen, root) == ["tune reads data/workload/train.parquet"]
-    cut = Stage(tune.name, tune.cmd, tune.deps, [o for o in tune.outs if o != "models/best_params.yaml"])
+    cut = Stage(tune.name, tune.cmd, tune.deps, [o for o in tune.outs if o != "models/best_params.yaml"], tune.allowed)
     assert undeclared(cut, seen, root) == ["tune writes models/best_params.yaml"]
     # fgd_atc23 reads the trace: without its declared pod list, the read is reported
     fgd = next(s for s in r["stages"] if s.name == "fgd_atc23")
