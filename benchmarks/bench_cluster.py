@@ -1,8 +1,8 @@
 """Node-cluster simulator speed: pods/s per policy at 10^4, 10^5, 10^6 pods, peak memory, linearity.
 
-Run: `python -m benchmarks.bench_cluster [--sizes 10000 100000 1000000] [--max-seconds 120]`.
-Workload: the Alibaba GPU trace v2023 (`openb_pod_list_default.csv`, time compression 3 as in
-conf/workload/alibaba_gpu_2023.yaml), resampled: pods drawn with replacement (each pod's fields
+Run: `python -m benchmarks.bench_cluster [--sizes 10000 100000 1000000] [--max-seconds 120] [--smoke]
+[OVERRIDE ...]`.  Workload: the pod and node lists and time compression of ``workload=alibaba_gpu_2023``
+(conf/, composed by Hydra: ``paths.traces`` and $HYBRIDSCHED_TRACES apply), resampled: pods drawn with replacement (each pod's fields
 together, so their joint distribution is the trace's) with arrivals from the trace's own
 inter-arrival gaps, onto nodes drawn with replacement from the trace's node list, as many per
 pod as the configured run has (16 nodes for the trace's pods).  A policy whose projected time
@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
-
 import numpy as np
 
-from benchmarks.common import measure, report
+from benchmarks.common import measure, parse, project_path, report, settings
 from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.engine import simulate
 from hybridsched.kinds.cluster.nodes import NodeCluster, fits_some_node, run_inputs
@@ -30,7 +28,6 @@ from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.kinds.cluster.trace import NodeTable, read_node_list, read_pod_trace
 from hybridsched.devices import Cluster
 
-TRACES = Path("/work/shared/traces") if Path("/work/shared/traces").exists() else Path("../shared/traces")
 TARGET_FIFO = 200_000
 TARGET_FGD = 50_000
 FIFO = ("round_robin", "random", "greedy", "best_fit")
@@ -82,13 +79,16 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--max-seconds", type=float, default=120.0, help="skip a run projected to take longer")
     ap.add_argument("--policies", nargs="+", default=list(policies()))
-    args = ap.parse_args()
-    ali = TRACES / "alibaba-gpu-v2023"
-    pods, _ = read_pod_trace(ali / "openb_pod_list_default.csv", 3.0)
-    all_nodes = read_node_list(ali / "openb_node_list_all_node.csv")
+    args = parse(ap)
+    cfg = settings(["workload=alibaba_gpu_2023", *args.overrides])
+    w, gavel = cfg["workload"], project_path(cfg["nodes"]["gavel_path"])
+    if args.smoke:
+        args.sizes, args.policies = [500, 1000], ["greedy", "fgd"]
+    pods, _ = read_pod_trace(project_path(w["path"]), float(w["time_compression"]))
+    all_nodes = read_node_list(project_path(w["nodes"]["path"]))
     rows, seen = [], {}  # policy -> [(pods, seconds), ...] measured so far
     warm, warm_nodes = resample(pods, all_nodes, 300, seed=1)
-    warm_cluster = NodeCluster.build(warm_nodes, speed_table(TRACES / "gavel/simulation_throughputs.json",
+    warm_cluster = NodeCluster.build(warm_nodes, speed_table(gavel,
                                                               sorted({str(m) for m in warm_nodes.model if m}), "G2"))
     for name, pol in policies().items():  # compile each policy's loop outside the timings
         pol.fit(pods)
@@ -96,7 +96,7 @@ def main() -> None:
     for n in args.sizes:
         test, nodes = resample(pods, all_nodes, n, seed=0)
         models = sorted({str(m) for m in nodes.model if m != ""})
-        cluster = NodeCluster.build(nodes, speed_table(TRACES / "gavel/simulation_throughputs.json", models, "G2"),
+        cluster = NodeCluster.build(nodes, speed_table(gavel, models, "G2"),
                                     Cluster())
         inp = run_inputs(test, cluster)
         for name, pol in policies().items():

@@ -1,7 +1,7 @@
 """DQN decision speed: decisions/s of the dqn policy on 10^5 tasks (one whole ``simulate`` call:
 state features + dueling forward pass in the compiled kernel, plus the event loop).
 
-Run: `python -m benchmarks.bench_dqn [--tasks 100000] [--model-dir models/dqn]`.
+Run: `python -m benchmarks.bench_dqn [--tasks 100000] [--model-dir models/dqn] [--smoke]`.
 Uses the trained model in --model-dir (stage train_dqn); without one, a randomly initialised
 network of the same shape (the speed does not depend on the weights' values).
 Target (issue 15, 2 cores): >= 200,000 decisions/s for the frozen greedy policy.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import measure, report
+from benchmarks.common import measure, parse, project_path, report
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.dqn import DQNPolicy
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
@@ -49,7 +49,10 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--online-tasks", type=int, default=10_000)
     ap.add_argument("--model-dir", type=Path, default=Path("models/dqn"))
-    args = ap.parse_args()
+    args = parse(ap)
+    args.model_dir = project_path(args.model_dir)
+    if args.smoke:
+        args.tasks, args.online_tasks = 2000, 300
     cluster = Cluster()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, source = _model_dir(args.model_dir, cluster, Path(tmp))

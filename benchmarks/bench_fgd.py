@@ -1,10 +1,11 @@
 """Speed of the FGD paper's fragmentation protocol: pods/s per policy on the real trace (1,213
 GPU nodes, ~10,800 pods after inflation to 130 %), and the whole experiment's time.
 
-Run: `python -m benchmarks.bench_fgd [--seeds 1] [--full]`.  Target: the whole experiment
+Run: `python -m benchmarks.bench_fgd [--seeds 1] [--full] [--smoke] [OVERRIDE ...]`.  Target: the whole experiment
 (6 policies x 10 seeds) in under 300 s on 2 cores (2 worker processes).  Without ``--full`` the
 whole experiment's time is estimated as (sum over policies of one seed's time) x 10 / 2;
-``--full`` runs it (conf/fgd/default.yaml, outputs in a temp folder) and reports its wall time.
+``--full`` runs it (the ``fgd`` settings of conf/, composed by Hydra; outputs in a temp folder) and
+reports its wall time.  ``--smoke``: two policies on 300 pods, nothing saved.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
-import yaml
 
-from benchmarks.common import report
+from benchmarks.common import parse, project_path, report, settings as compose
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.cluster.fgd_protocol import run_experiment
 from hybridsched.kinds.cluster.fgd_protocol.protocol import arrival_order, gpu_cluster, run_rng, run_seed, workload_rng
@@ -33,11 +32,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seeds", type=int, default=1, help="seeds timed per policy")
     ap.add_argument("--full", action="store_true", help="also run the whole experiment and time it")
-    ap.add_argument("--config", default="conf/fgd/default.yaml")
-    args = ap.parse_args()
-    settings = yaml.safe_load(Path(args.config).read_text())
-    pods = read_pod_requests(settings["pod_list"], settings["zero_cpu_milli"])
-    cluster = gpu_cluster(read_node_list(settings["node_list"]))
+    args = parse(ap)
+    settings = compose(args.overrides)["fgd"]
+    if args.smoke:
+        settings["policies"] = {k: settings["policies"][k] for k in ("random", "fgd")}
+    pods = read_pod_requests(project_path(settings["pod_list"]), settings["zero_cpu_milli"])
+    cluster = gpu_cluster(read_node_list(project_path(settings["node_list"])))
     mix = typical_pods(pods.cpu_milli, pods.num_gpu, pods.gpu_milli, pods.gpu_spec, cluster.models,
                        settings["coverage"])
     cap = float(cluster.gpu_cap.sum())
@@ -49,6 +49,7 @@ def main() -> None:
             policy = instantiate(spec)
             policy.fit(pods)
             order = arrival_order(pods, cap, settings["inflation"], workload_rng(seed))
+            order = order[:300] if args.smoke else order
             t0 = time.perf_counter()
             run_seed(policy, pods, cluster, order if rep else order[:200], mix, run_rng(seed, name))
             if rep:
@@ -59,7 +60,7 @@ def main() -> None:
     estimate = sum(r["seconds_per_run"] for r in rows) * FULL_SEEDS / WORKERS
     notes = {"target_s": TARGET_S, "estimated_full_s": round(estimate, 1), "nodes": cluster.n_nodes,
              "estimate_met": estimate < TARGET_S}
-    if args.full:
+    if args.full and not args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             run_experiment({**settings, "workers": WORKERS, "seeds": list(range(FULL_SEEDS))}, tmp)

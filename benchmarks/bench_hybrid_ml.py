@@ -1,8 +1,9 @@
 """hybrid_ml decision speed: tasks/s on 10^5 tasks INCLUDING the batched run-time predictions,
 static and with online retraining (every 50 completions), for RandomForest and XGBoost models.
 
-Run: `python -m benchmarks.bench_hybrid_ml [--tasks 100000] [--forest-tasks 10000] [--model-dir models/rf]`.
-Without --model-dir, models are trained here with conf/rf/default.yaml's settings on 3,000
+Run: `python -m benchmarks.bench_hybrid_ml [--tasks 100000] [--forest-tasks 10000] [--model-dir models/rf]
+[--smoke] [OVERRIDE ...]`.  Settings (``rf``, ``policies.machine.hybrid_ml``) are conf/ composed by Hydra.
+Without --model-dir, models are trained here with the ``rf`` settings on 3,000
 tasks of the default workload (a few seconds).  Target (issue 15, 2 cores): the online ridge
 variant (the shipped default) >= 500,000 tasks/s at 10^5 tasks; static and the forest
 correction are shown for context.
@@ -14,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import numpy as np
-import yaml
 
-from benchmarks.common import measure, report
+from benchmarks.common import measure, parse, project_path, report, settings
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.runtime_model import load_model, train_runtime_model
 from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
@@ -27,16 +26,13 @@ from hybridsched.kinds.machine.sim import simulate, task_matrix
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
 TARGET_TASKS_PER_S = 500_000  # issue 15: hybrid_ml online (ridge) at 10^5 tasks
-RF_CONF = Path("conf/rf/default.yaml")
-POLICY_CONF = Path("conf/policies/machine/hybrid_ml.yaml")
 
 
-def _models(cluster: Cluster, model_dir: str | None) -> dict:
+def _models(cluster: Cluster, model_dir: str | None, cfg: dict, n_train: int = 3000) -> dict:
     if model_dir:
-        m = load_model(model_dir)
+        m = load_model(project_path(model_dir))
         return {m.kind: m}
-    cfg = yaml.safe_load(RF_CONF.read_text())
-    X = task_matrix(generate(WorkloadSpec(rate=6.0), 3000, np.random.default_rng(0)), cluster)
+    X = task_matrix(generate(WorkloadSpec(rate=6.0), n_train, np.random.default_rng(0)), cluster)
     return {kind: train_runtime_model(X, cluster, {**cfg, "model": kind})[0] for kind in ("random_forest", "xgboost")}
 
 
@@ -68,10 +64,13 @@ def main() -> None:
                     help="tasks for the forest-correction variant (its refits dominate: tasks/s does not "
                          "depend on the count); 0 leaves it out")
     ap.add_argument("--model-dir", default=None, help="benchmark this saved model instead of training two")
-    args = ap.parse_args()
+    args = parse(ap)
+    cfg = settings(args.overrides)
+    if args.smoke:
+        args.tasks, args.forest_tasks = 2000, 500
     cluster = Cluster()
-    models = _models(cluster, args.model_dir)
-    variants = _variants(yaml.safe_load(POLICY_CONF.read_text()))
+    models = _models(cluster, args.model_dir, cfg["rf"], 500 if args.smoke else 3000)
+    variants = _variants(cfg["policies"]["machine"]["hybrid_ml"])
     sizes = {"static": args.tasks, "online_ridge": args.tasks, "online_forest": args.forest_tasks}
 
     warm = generate(WorkloadSpec(rate=6.0), 300, np.random.default_rng(1))

@@ -4,7 +4,8 @@ persistence) with 50 WebSocket clients and a steady REST load, the REST P99 late
 load, and the server's RSS slope over the race (memory must stay flat), on a real server
 process (the `hybridsched serve` command) on 127.0.0.1.
 
-Run: `python -m benchmarks.bench_service [--seconds 60] [--clients 50] [--rest-rps 20]`
+Run: `python -m benchmarks.bench_service [--seconds 60] [--clients 50] [--rest-rps 20] [--smoke]
+[OVERRIDE ...]`
 (`--soak` for a 10-minute race; after `make repro`, which trains models/rf and models/dqn;
 `--small-models` trains small stand-ins into a temp dir instead, for a machine without them).
 Targets: start-up < 10 s; idle RSS < 400 MB; >= 5,000 tasks/s broadcast to 6 policies with
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import report
+from benchmarks.common import parse, report
 
 TARGET_TASKS_PER_S = 5_000
 TARGET_P99_MS = 50.0
@@ -148,8 +149,9 @@ def main() -> None:
     ap.add_argument("--rest-rps", type=float, default=20.0)
     ap.add_argument("--policies", nargs="+", default=POLICIES)
     ap.add_argument("--small-models", action="store_true", help="train small stand-in models into a temp dir")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides for the server, e.g. service.switch_interval_s=0.005")
-    args = ap.parse_args()
+    args = parse(ap)  # positional OVERRIDEs go to the server, e.g. service.switch_interval_s=0.005
+    if args.smoke:  # a few seconds, small stand-in models
+        args.seconds, args.clients, args.rest_rps, args.small_models, args.soak = 2.0, 2, 5.0, True, False
     seconds = 600.0 if args.soak else args.seconds
 
     import httpx

@@ -1,6 +1,6 @@
 """Serving simulator speed: requests/s for FIFO and dynamic at 10^4, 10^5, 10^6 requests, peak memory.
 
-Run: `python -m benchmarks.bench_serving [--sizes 10000 100000 1000000]`.
+Run: `python -m benchmarks.bench_serving [--sizes 10000 100000 1000000] [--smoke]`.
 Targets (2 cores): >= 1,000,000 requests/s for FIFO and >= 300,000/s for dynamic at 10^6,
 judged on the simulator itself (``engine.run_arrays``: the compiled loop and its output
 arrays).  Building the per-request pandas trace (``engine.trace_frames``) is timed apart, and
@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import measure, report
+from benchmarks.common import measure, parse, report
 from hybridsched.kinds.serving.engine import run_arrays, simulate, trace_frames
 from hybridsched.kinds.serving.latency import dense_latency
 from hybridsched.kinds.serving.policies import FIFO, Dynamic
@@ -48,7 +48,9 @@ def _best(fn, repeats: int = 2) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    args = ap.parse_args()
+    args = parse(ap)
+    if args.smoke:
+        args.sizes = [1000, 2000]
     s = ServingSettings(lanes=4, window_ms=20.0)
     lat = _table(s)
     policies = [FIFO(), Dynamic()]

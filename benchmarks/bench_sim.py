@@ -1,6 +1,6 @@
 """Simulator speed: tasks/s per policy at 10^4, 10^5, 10^6 tasks, peak memory, linearity.
 
-Run: `make bench` (or `python -m benchmarks.bench_sim [--sizes 10000 100000 1000000]`).
+Run: `make bench` (or `python -m benchmarks.bench_sim [--sizes 10000 100000 1000000] [--smoke]`).
 Targets (2 cores): >= 200,000 tasks/s for round_robin, greedy and eft at 10^6 tasks,
 < 1.5 GB peak, time per task flat in the task count; and (issue 23) eft's whole ``simulate`` at
 >= 0.5x the speed of a bare compiled EFT loop over the same tasks, measured in this process
@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 
-from benchmarks.common import measure, report
+from benchmarks.common import measure, parse, report
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
@@ -28,7 +28,9 @@ TARGET_VS_BARE = 0.5
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    args = ap.parse_args()
+    args = parse(ap)
+    if args.smoke:
+        args.sizes = [1000, 2000]
     cluster = Cluster()
     policies = [RoundRobin(), Random(), Greedy(), EarliestFinishTime(), Oracle()]
     warm = generate(WorkloadSpec(rate=6.0), 200, np.random.default_rng(1))

@@ -1,6 +1,7 @@
 """Streaming runs of the machine kind: tasks/s end to end and peak RSS at 10^6, 10^7 (and 10^8) tasks.
 
-Run: `python -m benchmarks.bench_stream [--sizes 1000000 10000000] [--with-1e8] [--policy eft]`.
+Run: `python -m benchmarks.bench_stream [--sizes 1000000 10000000] [--with-1e8] [--policy eft] [--smoke]
+[OVERRIDE ...]` (overrides go to each streaming run's Hydra config).
 Each size runs twice in a fresh process (`python -m hybridsched.kinds.machine.stream`), with the
 trace written (parquet row groups, to a temp dir removed afterwards) and with trace writing off,
 so the peak RSS is that run's alone.  "End to end" = generate + simulate + summarise (+ write),
@@ -18,17 +19,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import report
+from benchmarks.common import parse, report
 
 TARGET_TASKS_PER_S = 3_000_000
 TARGET_PEAK_MB = 2048
 
 
-def run_one(n: int, policy: str, write_trace: bool, chunk_size: int) -> dict:
+def run_one(n: int, policy: str, write_trace: bool, chunk_size: int, overrides: list[str] = ()) -> dict:
     """One streaming run in a fresh process; its JSON line."""
     with tempfile.TemporaryDirectory(prefix="bench_stream_") as tmp:
         cmd = [sys.executable, "-m", "hybridsched.kinds.machine.stream", "--tasks", str(n), "--policy", policy,
-               f"sim.stream.write_trace={str(write_trace).lower()}", f"sim.stream.chunk_size={chunk_size}"]
+               f"sim.stream.write_trace={str(write_trace).lower()}", f"sim.stream.chunk_size={chunk_size}", *overrides]
         if write_trace:
             cmd[3:3] = ["--out", str(Path(tmp) / "trace.parquet")]
         res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
@@ -47,13 +48,15 @@ def main() -> None:
     ap.add_argument("--policy", default="eft")
     ap.add_argument("--chunk-size", type=int, default=1_000_000)
     ap.add_argument("--no-trace-only", action="store_true", help="skip the runs that write the trace")
-    args = ap.parse_args()
+    args = parse(ap)
+    if args.smoke:
+        args.sizes, args.chunk_size = [20_000], 10_000
     sizes = sorted(set(args.sizes + ([100_000_000] if args.with_1e8 else [])))
     modes = [False] if args.no_trace_only else [True, False]
     rows = []
     for n in sizes:
         for wt in modes:
-            r = run_one(n, args.policy, wt, args.chunk_size)
+            r = run_one(n, args.policy, wt, args.chunk_size, args.overrides)
             rows.append({"policy": r["policy"], "tasks": n, "write_trace": wt, "chunk_size": r["chunk_size"],
                          "seconds": round(r["seconds"], 2), "tasks_per_s": round(r["tasks_per_s"]),
                          "peak_rss_mb": round(r["peak_rss_mb"], 1), "trace_mb": round(r.get("trace_mb", 0.0), 1),

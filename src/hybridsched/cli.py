@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from hybridsched.errors import HybridschedError
@@ -22,12 +23,14 @@ def _serve(args: argparse.Namespace) -> int:
     from hybridsched.service.app import create_app
     from hybridsched.service.engine import Race
     from hybridsched.service.persistence import Store
-    from hybridsched.service.settings import check_policies, load_settings
+    from hybridsched.service.settings import check_policies, leave_out_missing_models, load_settings
 
     settings = load_settings(args.overrides, host=args.host, port=args.port)
     check_policies(settings)
-    # a missing model fails here, in one line, before the server starts
-    Race(settings, Store("sqlite://")).check()
+    # a policy whose model is missing is left out (one warning line), unless it was asked for
+    explicit = "HYBRIDSCHED_POLICIES" in os.environ or any(
+        o.lstrip("+~").startswith("service.policies") for o in args.overrides)
+    leave_out_missing_models(settings, Race(settings, Store("sqlite://")).check, explicit)
     if settings.ensure_token():
         print(f"hybridsched: generated API token (set HYBRIDSCHED_TOKEN to choose one): {settings.token}", flush=True)
     app = create_app(settings)

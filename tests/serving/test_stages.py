@@ -61,3 +61,23 @@ def test_every_stage_in_order(tiny, tmp_path):
     # the simulate table and the evaluate table agree
     pd.testing.assert_series_equal(results["simulate"]["slo_attainment"].sort_index(),
                                    table["slo_attainment"].sort_index(), check_names=False)
+
+
+def test_stages_before_train_rf_use_the_predictor_train_rf_saves(tiny, tmp_path):
+    """tune and train_dqn run before train_rf in the DAG, so they fit the predictor in memory
+    from the latency table: the same seeded fit, bit for bit, as train_rf's pred_latency.npy."""
+    import numpy as np
+
+    from hybridsched.kinds.serving import stages as st
+
+    tiny["serving"]["latency_table"] = "clockwork_v100"  # a published table: no profiling here
+    tiny["serving"].update(models={"resnet50": 160.0}, precisions=["fp32"], backends=["torch"])
+    run = Run(tiny, tracking=False)
+    s = st.settings_of(run)
+    lat, table = st._tables(run, s)
+    assert not (tmp_path / "models" / "rf").exists()
+    in_memory, _ = st._pred_table(run, s, lat, table)  # as tune and train_dqn call it
+    st.train_rf(run)
+    saved, source = st._pred_table(run, s, lat)  # as simulate reads it
+    assert source == "learned predictor"
+    np.testing.assert_array_equal(in_memory, saved)

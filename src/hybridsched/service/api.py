@@ -193,6 +193,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
         s = app_state.settings
         workloads = await asyncio.to_thread(s.workloads)  # composed on first use
         return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(workloads),
-                "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices}
+                "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices,
+                "left_out": s.left_out}  # configured policies left out: their model is missing
 
     return router

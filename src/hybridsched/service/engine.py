@@ -333,7 +333,8 @@ class Race:
             return {"state": self.state, "run_id": self.run_id, "policies": self.policies, "speed": self.speed,
                     "sim_time": self.sim_time, "tasks": self.total, "tasks_per_s": rate, "error": self.error,
                     "resumable": self.resumable, "write_backlog": self.writer.backlog if self.writer else 0,
-                    "summary": self.stats.summary() if self.stats else {}}
+                    "summary": self.stats.summary() if self.stats else {},
+                    "left_out": dict(self.settings.left_out)}  # configured policies without a model
 
     def take_update(self) -> dict[str, Any] | None:
         """The coalesced ``simulation_update`` since the last call (None when nothing happened)."""

@@ -24,6 +24,9 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from hybridsched.errors import HybridschedError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+# relative paths of the config (models, the database, a task file) are relative to the project
+# root, as for the stages, so `hybridsched serve` works from any directory
+ROOT = CONF_DIR.parent
 
 
 class ServiceSettings(BaseSettings):
@@ -60,6 +63,8 @@ class ServiceSettings(BaseSettings):
     # the machine kind's composed config: cluster, workload, policies (name -> spec), workloads
     # (name -> config, the choices a client may start), compiled
     machine: dict[str, Any] = Field(default_factory=dict)
+    # configured policies left out of the race because their model is missing: name -> why
+    left_out: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -171,10 +176,26 @@ def _machine_workloads(conf_dir: Path = CONF_DIR) -> dict[str, dict[str, Any]]:
     return out
 
 
+def anchored(path: str, root: Path = ROOT) -> str:
+    """``path`` if absolute, else the same path under the project root."""
+    return path if Path(path).is_absolute() else str(root / path)
+
+
+def anchored_url(url: str, root: Path = ROOT) -> str:
+    """A SQLite URL with a relative file path made absolute under the project root."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and url != prefix and not url.startswith(prefix + "/") and ":memory:" not in url:
+        return prefix + anchored(url.removeprefix(prefix), root)
+    return url
+
+
 def machine_section(cfg: dict[str, Any]) -> dict[str, Any]:
-    """What the race needs from a composed config: cluster, workload, policy specs, workloads."""
+    """What the race needs from a composed config: cluster, workload, policy specs (model
+    folders anchored at the project root), workloads."""
     policies = cfg.get("policies", {})
     specs = policies.get("machine", policies)  # the per-kind layout nests specs under the kind
+    specs = {name: ({**spec, "model_dir": anchored(str(spec["model_dir"]))} if spec.get("model_dir") else spec)
+             for name, spec in specs.items()}
     return {"cluster": cfg["cluster"], "workload": cfg["workload"], "policies": specs,
             "compiled": bool(cfg.get("sim", {}).get("compiled", True))}
 
@@ -188,7 +209,36 @@ def load_settings(overrides: list[str] | None = None, **fields: Any) -> ServiceS
     for k, v in fields.items():  # the command line beats the environment too
         if v is not None:
             setattr(settings, k, v)
+    settings.database_url = anchored_url(settings.database_url)
+    if settings.workload_file:
+        settings.workload_file = anchored(settings.workload_file)
     return settings
+
+
+def leave_out_missing_models(settings: ServiceSettings, check: Any, explicit: bool) -> None:
+    """Probe each configured policy with ``check([name])`` (builds it, loads its model, decides
+    a few tasks).  A policy that fails is left out of the race (``settings.left_out`` says why;
+    the status API shows it) with one warning line for all of them; but when the policies were
+    asked for ``explicit``ly (``service.policies=...`` or HYBRIDSCHED_POLICIES), or none is
+    left, the first failure is the error."""
+    import sys
+
+    for name in list(settings.policies):
+        try:
+            check([name])
+        except HybridschedError as e:
+            if explicit:
+                raise
+            settings.left_out[name] = str(e)
+    if not settings.left_out:
+        return
+    kept = [p for p in settings.policies if p not in settings.left_out]
+    if not kept:
+        raise HybridschedError(f"no policy can run: {'; '.join(settings.left_out.values())}")
+    settings.policies = kept
+    why = "; ".join(settings.left_out.values())
+    print(f"hybridsched serve: warning: left out of the race: {', '.join(settings.left_out)} ({why})",
+          file=sys.stderr, flush=True)
 
 
 def check_policies(settings: ServiceSettings) -> None:

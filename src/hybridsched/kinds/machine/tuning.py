@@ -366,4 +366,9 @@ def save_plots(settings: TuneSettings, name: str, out: Path) -> list[Path]:
                        out / "tune_history.png")]
     if len(study.trials) > 2:
         paths.append(save_axes(ovm.plot_param_importances(study, target=target), out / "tune_importance.png"))
+    else:  # a declared output of the tune stage: written either way, saying why it is empty
+        from hybridsched.not_applicable import write_placeholders
+
+        paths += write_placeholders([out / "tune_importance.png"], f"parameter importances need 3+ trials "
+                                    f"(this study has {len(study.trials)})")
     return paths

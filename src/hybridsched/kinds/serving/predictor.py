@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.serving.settings import ServingSettings
+from hybridsched.kinds.serving.settings import ServingSettings, config_block
 
 FEATURES = ["model", "backend", "precision", "log2_batch", "threads"]
 
@@ -113,3 +113,36 @@ def importance(model: LatencyPredictor) -> dict[str, float]:
     """The forest's impurity importances by feature."""
     imp = getattr(model.forest, "feature_importances_", np.zeros(len(FEATURES)))
     return {f: float(v) for f, v in zip(FEATURES, imp, strict=True)}
+
+
+def fit_predictor(run, s: ServingSettings, table: pd.DataFrame) -> LatencyPredictor:
+    """The learned latency predictor of the ``serving.predictor`` settings, fitted on the
+    latency table (seeded: the same table and settings give the same predictor)."""
+    p = config_block(run, "predictor")
+    return LatencyPredictor.fit(table, s, p.get("model", "random_forest"), int(p.get("seed", 0)),
+                                int(p.get("n_estimators", 200)))
+
+
+def pred_table(run, s: ServingSettings, lat: np.ndarray, table: pd.DataFrame | None = None) -> tuple[np.ndarray, str]:
+    """The scheduler's latency model: the learned predictor's table, or the profile table.
+
+    With ``table`` (the stages that run before ``train_rf`` in the DAG: tune, train_dqn) the
+    predictor is fitted here, in memory, from the latency table they declare as a dep: the same
+    seeded fit that train_rf saves (well under a second), so no stage reads models/rf before
+    train_rf writes it.  Without, it is read from train_rf's ``pred_latency.npy`` (simulate).
+    """
+    from pathlib import Path
+
+    p = config_block(run, "predictor")
+    if p.get("use", "learned") == "table":
+        return lat, "latency table"
+    if table is not None:
+        return fit_predictor(run, s, table).dense(), "learned predictor"
+    path = Path(p.get("model_dir", "models/rf")) / "pred_latency.npy"
+    try:
+        pred = np.load(path)
+    except FileNotFoundError:
+        raise HybridschedError(f"{path}: not found (run train_rf, or set serving.predictor.use=table)") from None
+    if pred.shape != lat.shape:
+        raise HybridschedError(f"{path}: shape {pred.shape} does not match the settings {lat.shape} (rerun train_rf)")
+    return pred, "learned predictor"

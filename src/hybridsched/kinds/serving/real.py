@@ -233,7 +233,8 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     from hybridsched.io import write_frame, write_text
     from hybridsched.kinds.serving.latency import load_latency, table_source
     from hybridsched.kinds.serving.metrics import check_trace
-    from hybridsched.kinds.serving.settings import pred_table, settings_of
+    from hybridsched.kinds.serving.predictor import pred_table
+    from hybridsched.kinds.serving.settings import settings_of
 
     rc = dict(run.cfg["serving"].get("real") or {})
     s = settings_of(run)

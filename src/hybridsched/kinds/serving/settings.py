@@ -4,7 +4,7 @@ Read from the ``serving`` block of conf/kinds/serving.yaml.  A *variant* is one
 (model, backend, precision); a *group* is a variant in one SLO class: only requests of one
 group may share a micro-batch.
 
-:func:`settings_of` reads them from a run's config, :func:`pred_table` the scheduler's latency
+:func:`settings_of` reads them from a run's config, :func:`predictor.pred_table` the scheduler's latency
 model; the stages and the real-serving run (``real.py``) both use these, so they live here,
 below both.
 """
@@ -12,7 +12,6 @@ below both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -134,18 +133,3 @@ def settings_of(run: Run) -> ServingSettings:
 def config_block(run: Run, name: str) -> dict[str, Any]:
     """The ``serving.<name>`` sub-block of the config ({} where absent)."""
     return dict(run.cfg["serving"].get(name) or {})
-
-
-def pred_table(run: Run, s: ServingSettings, lat: np.ndarray) -> tuple[np.ndarray, str]:
-    """The scheduler's latency model: the learned predictor's table, or the profile table."""
-    p = config_block(run, "predictor")
-    if p.get("use", "learned") == "table":
-        return lat, "latency table"
-    path = Path(p.get("model_dir", "models/rf")) / "pred_latency.npy"
-    try:
-        pred = np.load(path)
-    except FileNotFoundError:
-        raise HybridschedError(f"{path}: not found (run train_rf, or set serving.predictor.use=table)") from None
-    if pred.shape != lat.shape:
-        raise HybridschedError(f"{path}: shape {pred.shape} does not match the settings {lat.shape} (rerun train_rf)")
-    return pred, "learned predictor"

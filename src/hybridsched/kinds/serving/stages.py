@@ -18,7 +18,8 @@ from hybridsched.errors import DataValidationError, HybridschedError
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.serving.settings import ServingSettings, settings_of
-from hybridsched.kinds.serving.settings import config_block as _block, pred_table as _pred_table
+from hybridsched.kinds.serving.predictor import fit_predictor as _fit_predictor, pred_table as _pred_table
+from hybridsched.kinds.serving.settings import config_block as _block
 from hybridsched.evaluation import compare, write_report
 
 BASELINE = "fifo"  # the speed-up columns are over this policy
@@ -148,7 +149,7 @@ def validate(run: Run) -> dict[str, Any]:
 
 def train_rf(run: Run) -> dict[str, Any]:
     """Latency predictor scored on held-out batch sizes, then fitted on the whole table."""
-    from hybridsched.kinds.serving.predictor import LatencyPredictor, held_out_scores, importance
+    from hybridsched.kinds.serving.predictor import held_out_scores, importance
     from hybridsched.plots import save_importance_png
 
     s = settings_of(run)
@@ -156,7 +157,7 @@ def train_rf(run: Run) -> dict[str, Any]:
     lat, table = _tables(run, s)
     kind, n_est, seed = p.get("model", "random_forest"), int(p.get("n_estimators", 200)), int(p.get("seed", 0))
     scores = held_out_scores(table, s, list(p.get("test_batches", [2, 8, 32])), kind, seed, n_est)
-    model = LatencyPredictor.fit(table, s, kind, seed, n_est)
+    model = _fit_predictor(run, s, table)
     imp = importance(model)
     metrics = {"model": kind, **scores, "latency_table": s.latency_table, "importance": imp}
     model_dir = Path(p.get("model_dir", "models/rf"))
@@ -180,9 +181,9 @@ def train_dqn(run: Run) -> dict[str, Any]:
 
     s = settings_of(run)
     cfg = _block(run, "dqn")
-    lat, _ = _tables(run, s)
+    lat, table = _tables(run, s)
     reqs = _requests(run, s, "train", lat)
-    pred, _ = _pred_table(run, s, lat)
+    pred, _ = _pred_table(run, s, lat, table)
     result = dqn.train(reqs, s, lat, pred, cfg)
     with atomic_dir(cfg.get("model_dir", "models/dqn")) as tmp:
         dqn.save(tmp, result)
@@ -248,8 +249,8 @@ def tune(run: Run) -> dict[str, Any]:
 
     s = settings_of(run)
     cfg = _block(run, "tune")
-    lat, _ = _tables(run, s)
-    pred, _ = _pred_table(run, s, lat)
+    lat, table = _tables(run, s)
+    pred, _ = _pred_table(run, s, lat, table)
     train = _requests(run, s, "train", lat).frame
     res = run_study(train, s, lat, pred, run.cfg["policies"]["serving"]["dynamic"], cfg)
     study = res.pop("study")
@@ -265,6 +266,11 @@ def tune(run: Run) -> dict[str, Any]:
     pngs = [save_axes(ovm.plot_optimization_history(study), plots / "tune_history.png")]
     if len(study.trials) > 2:
         pngs.append(save_axes(ovm.plot_param_importances(study), plots / "tune_importance.png"))
+    else:  # a declared output of the tune stage: written either way, saying why it is empty
+        from hybridsched.not_applicable import write_placeholders
+
+        pngs += write_placeholders([plots / "tune_importance.png"],
+                                   f"parameter importances need 3+ trials (this study has {len(study.trials)})")
     run.track("tune", {"best": summary["best"], "default": summary["default"]}, [run.metrics_dir / "tune.json", *pngs])
     return summary
 

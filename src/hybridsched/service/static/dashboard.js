@@ -276,6 +276,8 @@ for (const c of COLORS) {  // the Gantt legend's colour cycle
   $("speed").value = c.speed;
   nDevices = c.n_devices;
   setPolicies(c.default_policies);
+  const out = Object.keys(c.left_out || {});  // configured policies whose model is missing
+  if (out.length) $("message").textContent = `left out of the race (no model): ${out.join(", ")}`;
   await refreshStatus();
   connect();
   setInterval(gantt, 1000);

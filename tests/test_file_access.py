@@ -1,0 +1,64 @@
+"""The file-access recorder and the dvc.yaml check (the pipeline-wide run is in
+tests/test_kind_switch.py): a stage's accesses are recorded, atomic temp writes count as their
+target, and a read or write outside the declared deps/outs is reported."""
+
+from __future__ import annotations
+
+import json
+
+from tests.file_access import ROOT, Stage, accesses, run, stages, undeclared
+
+
+def test_recorder_logs_a_stage_process_and_nothing_else(tmp_path):
+    """A `python -m stages.NAME` process with the recorder on logs its opens to NAME.log; the
+    same code run any other way logs nothing."""
+    root = tmp_path / "proj"
+    (root / "stages").mkdir(parents=True)
+    (root / "data").mkdir()
+    (root / "data" / "in.json").write_text("{}")
+    (root / "stages" / "__init__.py").write_text("")
+    code = ("import json, os\nfrom hybridsched.io import write_json\n"
+            "json.load(open('data/in.json'))\nwrite_json('data/out.json', {'a': 1})\n")
+    (root / "stages" / "toy.py").write_text(code)
+    (root / "other.py").write_text(code)
+    audit = tmp_path / "audit"
+    r = run("python", "-m", "stages.toy", cwd=root, audit=audit)
+    assert r.returncode == 0, r.stderr
+    r = run("python", "other.py", cwd=root, audit=audit)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in audit.iterdir()) == ["toy.log"]
+    seen = accesses(audit / "toy.log", root)
+    assert seen == [("read", "data/in.json"), ("write", "data/out.json")]
+    assert undeclared(Stage("toy", "", ["data/in.json"], ["data/out.json"]), seen, root) == []
+    assert undeclared(Stage("toy", "", [], ["data/out.json"]), seen, root) == ["toy reads data/in.json"]
+    assert undeclared(Stage("toy", "", ["data/in.json"], []), seen, root) == ["toy writes data/out.json"]
+
+
+def test_recorder_maps_atomic_writes_to_their_target(tmp_path):
+    """A write into a temp folder that is renamed onto data/x counts as a write of data/x; a
+    folder dep covers its files; paths outside data/, models/, metrics/ are not watched."""
+    root = tmp_path
+    log = tmp_path / "log"
+    recs = [{"op": "write", "path": str(root / "data" / ".workload.abc" / "train.parquet")},
+            {"op": "rename", "path": str(root / "data" / ".workload.abc"), "to": str(root / "data" / "workload")},
+            {"op": "read", "path": str(root / "models" / "rf" / "meta.json")},
+            {"op": "read", "path": str(root / "data" / "cluster_profile.json")},
+            {"op": "read", "path": str(root / "src" / "x.py")}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    seen = accesses(log, root)
+    assert ("write", "data/workload/train.parquet") in seen and ("write", "data/workload") in seen
+    assert ("read", "models/rf/meta.json") in seen and not any("src" in p for _, p in seen)
+    s = Stage("x", "python -m stages.x", deps=["data/cluster_profile.json", "models"], outs=["data/workload"])
+    assert undeclared(s, seen, root) == []
+    s = Stage("x", "python -m stages.x", deps=["data/cluster_profile.json"], outs=["data/workload"])
+    assert undeclared(s, seen, root) == ["x reads models/rf/meta.json"]
+
+
+def test_dvc_yaml_parses_into_an_acyclic_order_with_declared_traces():
+    """DVC resolves dvc.yaml (``${...}`` from params.yaml) into stages whose path deps are all
+    written before they run; fgd_atc23 declares the trace files it reads."""
+    order = [s.name for s in stages(ROOT)]
+    assert order.index("train_rf") < order.index("simulate") and order.index("tune") < order.index("train_rf")
+    fgd = next(s for s in stages(ROOT) if s.name == "fgd_atc23")
+    assert any(d.endswith("openb_pod_list_default.csv") for d in fgd.deps), fgd.deps
+    assert any(d.endswith("openb_node_list_all_node.csv") for d in fgd.deps), fgd.deps
