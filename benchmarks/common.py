@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsched.io import write_json
+from hybridsched.kinds.machine.profiling import cpu_name  # /proc/cpuinfo's model name
 
 ROOT = Path(__file__).resolve().parents[1]
 # set by parse(): a --smoke run checks that the benchmark runs, on tiny sizes, and saves nothing
@@ -62,21 +63,10 @@ def _load_average() -> list[float] | None:
 LOAD_AT_START = _load_average()  # taken when a benchmark imports this module, before its runs
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine() -> dict[str, Any]:
     """Where a benchmark ran: CPU model, logical cores, load average (1, 5, 15 min) at its start
     and at the end: timings on a shared machine are only comparable within one run."""
-    return {"platform": platform.platform(), "cpu_model": cpu_model(), "cores": os.cpu_count(),
+    return {"platform": platform.platform(), "cpu_model": cpu_name(), "cores": os.cpu_count(),
             "load_average_at_start": LOAD_AT_START, "load_average_at_end": _load_average()}
 
 

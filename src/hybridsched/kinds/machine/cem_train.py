@@ -17,7 +17,8 @@ layer, all starting at 0.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -144,21 +145,36 @@ def draw_set(seed: int, stream: int, index: int, settings: MachineCEMSettings, c
     return out
 
 
-def mean_latency(tasks: TaskTable, cluster: Cluster, model: dict[str, Any], real, fraction_step: float) -> float:
-    tr = simulate(tasks, cluster, CEMScorer(model=model, fraction_step=fraction_step), real)
+class Family(NamedTuple):
+    """A learned scorer the search trains: its policy class, its weights from a search vector
+    (``theta = 0``: the base heuristic exactly), the vector's length, and the names of the
+    validation costs (base heuristic, learned model)."""
+
+    scorer: Any
+    model_from_theta: Callable[[np.ndarray, dict[str, float], MachineCEMSettings], dict[str, Any]]
+    n_theta: Callable[[MachineCEMSettings], int]
+    base_name: str
+    name: str
+
+
+def mean_latency(tasks: TaskTable, cluster: Cluster, model: dict[str, Any], real, fraction_step: float,
+                 scorer: Any = CEMScorer) -> float:
+    tr = simulate(tasks, cluster, scorer(model=model, fraction_step=fraction_step), real)
     return float(np.mean(tr.end - tr.arrival))
 
 
 def relative_costs(thetas: np.ndarray, draws, base0: dict[str, float], settings: MachineCEMSettings,
-                   cluster: Cluster) -> np.ndarray:
-    """Per row of ``thetas``: mean over ``draws`` of (mean latency / eft_rank's mean latency)."""
-    ref_model = model_from_theta(np.zeros(thetas.shape[1]), base0, settings)
+                   cluster: Cluster, family: Family | None = None) -> np.ndarray:
+    """Per row of ``thetas``: mean over ``draws`` of (mean latency / the base heuristic's: eft_rank
+    for ``cem``)."""
+    f = family or ARRIVAL
+    ref_model = f.model_from_theta(np.zeros(thetas.shape[1]), base0, settings)
     cost = np.zeros(len(thetas))
     for _, tasks, real in draws:
-        ref = mean_latency(tasks, cluster, ref_model, real, settings.fraction_step)
+        ref = mean_latency(tasks, cluster, ref_model, real, settings.fraction_step, f.scorer)
         for r, theta in enumerate(thetas):
-            cost[r] += mean_latency(tasks, cluster, model_from_theta(theta, base0, settings), real,
-                                    settings.fraction_step) / ref
+            cost[r] += mean_latency(tasks, cluster, f.model_from_theta(theta, base0, settings), real,
+                                    settings.fraction_step, f.scorer) / ref
     return cost / len(draws)
 
 
@@ -168,39 +184,44 @@ def check_seed(seed: int) -> None:
 
 
 def select_theta(means: list[np.ndarray], base0: dict[str, float], seed: int, settings: MachineCEMSettings,
-                 cluster: Cluster) -> tuple[np.ndarray, dict[str, Any]]:
+                 cluster: Cluster, family: Family | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """The cheapest of the last ``select_from`` means on the selection stream's draws (never the
     training draws, the validation draws or any evaluation workload); the final mean when 0."""
     if not settings.select_from:
         return means[-1], {}
     cands = means[-min(settings.select_from, len(means)):]
     draws = draw_set(seed, _SELECT_STREAM, 0, settings, cluster, settings.selection_scenarios)
-    costs = relative_costs(np.stack(cands), draws, base0, settings, cluster)
+    costs = relative_costs(np.stack(cands), draws, base0, settings, cluster, family)
     k = int(np.argmin(costs))
     # generation whose starting mean was chosen (len(means) - 1 = the final mean, after the last update)
     return cands[k], {"selected_generation": len(means) - len(cands) + k, "selection_costs": costs.round(6).tolist()}
 
 
-def train_scorer(base0: dict[str, float], search, settings: MachineCEMSettings, cluster: Cluster):
+def train_scorer(base0: dict[str, float], search, settings: MachineCEMSettings, cluster: Cluster,
+                 family: Family | None = None):
     """Run the search (``search``: :class:`~hybridsched.rl.cem.CEMSettings`) and pick the model
     (:func:`select_theta`); returns the :class:`~hybridsched.rl.cem.CEMResult` with ``theta`` the
     chosen vector, the validation costs of the start, the final mean and the choice, and the
-    selection record."""
+    selection record.  ``family``: the scorer trained (default ``cem``; ``cem_late`` passes its own)."""
     from dataclasses import replace
 
     from hybridsched.rl.cem import train
 
+    f = family or ARRIVAL
     check_seed(search.seed)
 
     def objective(thetas: np.ndarray, gen: int) -> np.ndarray:
         draws = draw_set(search.seed, _TRAIN_STREAM, gen, settings, cluster, settings.scenarios)
-        return relative_costs(thetas, draws, base0, settings, cluster)
+        return relative_costs(thetas, draws, base0, settings, cluster, f)
 
-    result = train(objective, np.zeros(n_theta(settings)), search)
-    theta, selection = select_theta(result.means, base0, search.seed, settings, cluster)
+    result = train(objective, np.zeros(f.n_theta(settings)), search)
+    theta, selection = select_theta(result.means, base0, search.seed, settings, cluster, f)
     valid = {}
     if settings.validation_scenarios:
         draws = draw_set(search.seed, _VALID_STREAM, 0, settings, cluster, settings.validation_scenarios)
-        c = relative_costs(np.stack([np.zeros_like(theta), result.theta, theta]), draws, base0, settings, cluster)
-        valid = {"eft_rank": float(c[0]), "final_mean": float(c[1]), "cem": float(c[2])}
+        c = relative_costs(np.stack([np.zeros_like(theta), result.theta, theta]), draws, base0, settings, cluster, f)
+        valid = {f.base_name: float(c[0]), "final_mean": float(c[1]), f.name: float(c[2])}
     return replace(result, theta=theta), valid, selection
+
+
+ARRIVAL = Family(CEMScorer, model_from_theta, n_theta, "eft_rank", "cem")
