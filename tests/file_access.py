@@ -120,7 +120,7 @@ def covers(declared: str, path: str) -> bool:
 
 
 def accesses(log: Path, root: Path) -> list[tuple[str, str]]:
-    """(op, path) of every watched access in ``log``: op is ``read`` or ``write``; paths are
+    """(op, path) of every watched access in ``log``: op is ``read``, ``list`` or ``write``; paths are
     relative to ``root`` (data/, models/, metrics/) or absolute (the traces).  A write into a
     temp file or folder that is then renamed counts as a write of the rename's target (the
     atomic writers of hybridsched.io); temp names that never land (``.name.xyz``) are dropped."""
@@ -140,7 +140,7 @@ def accesses(log: Path, root: Path) -> list[tuple[str, str]]:
     out: set[tuple[str, str]] = set()
     for r in records:
         pairs = [("write", r["path"]), ("write", r["to"])] if r["op"] == "rename" else \
-            [("read" if r["op"] in ("read", "list") else "write", landed(r["path"]))]
+            [(r["op"] if r["op"] in ("read", "list") else "write", landed(r["path"]))]
         for op, p in pairs:
             rel = watched(p, root)
             if rel is not None and not any(part.startswith(".") for part in Path(rel).parts):
@@ -173,7 +173,10 @@ def undeclared(stage: Stage, seen: list[tuple[str, str]], root: Path) -> list[st
     allowed = list(stage.allowed)
     bad = []
     for op, p in seen:
-        ok = outs + (deps if op == "read" else []) + allowed
-        if not any(covers(d, p) for d in ok):
-            bad.append(f"{stage.name} {op}s {p}")
+        ok = outs + (deps if op in ("read", "list") else []) + allowed
+        if any(covers(d, p) for d in ok):
+            continue
+        if op == "list" and any(covers(p, o) for o in outs):
+            continue  # the folder that holds an out: an atomic writer looking for its own stale temp dirs
+        bad.append(f"{stage.name} {'reads' if op == 'list' else op + 's'} {p}")
     return bad

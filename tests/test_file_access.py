@@ -62,3 +62,13 @@ def test_dvc_yaml_parses_into_an_acyclic_order_with_declared_traces():
     fgd = next(s for s in stages(ROOT) if s.name == "fgd_atc23")
     assert any(d.endswith("openb_pod_list_default.csv") for d in fgd.deps), fgd.deps
     assert any(d.endswith("openb_node_list_all_node.csv") for d in fgd.deps), fgd.deps
+
+
+def test_listing_the_folder_of_an_out_is_allowed_and_any_other_listing_is_a_read(tmp_path):
+    """An atomic writer lists the folder that will hold its out (stale temp dirs of an earlier,
+    killed run); listing any other watched folder counts as reading it."""
+    root = tmp_path
+    s = Stage("ev", "", [], ["metrics/plots/kind"])
+    seen = [("list", "metrics/plots"), ("list", "models/rf")]
+    assert undeclared(s, seen, root) == ["ev reads models/rf"]
+
