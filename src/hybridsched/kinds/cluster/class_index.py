@@ -27,7 +27,6 @@ from numba import njit
 
 from hybridsched.kinds.cluster import kernels as K
 from hybridsched.kinds.cluster import node_index as NI
-from hybridsched.kinds.cluster.fragmentation import _fgd_one, _node_stat_one
 
 _EMPTY = 1 << 62  # the node of an empty entry: after every real node
 INDEX_ENTRIES = 8_000_000  # tree entries over all indexed classes at most (~29 bytes each)
@@ -217,23 +216,7 @@ def _key_zero(i, nd, st, pd):  # pragma: no cover - compiled
 @njit(cache=True)
 def _key_fgd(i, nd, st, pd):  # pragma: no cover - compiled
     """``kernels._choose_fgd``'s (score, left after, GPU) of one node, with its caches."""
-    cpu, gpu_free, cpu_free, node_model, version = st[2], st[3], st[4], st[8], st[9]
-    tk, tp, tcpu, tallow, tw, cnt, lt, frag, stat_ver = pd[0], pd[1], pd[2], pd[3], pd[4], pd[5], pd[6], pd[7], pd[8]
-    shape, shape_k, shape_p, memo_d, memo_g, memo_v, cnt2, lt2, taken = (pd[9], pd[10], pd[11], pd[12], pd[13],
-                                                                          pd[14], pd[15], pd[16], pd[17])
-    s = shape[i]
-    kk, pp = shape_k[s], shape_p[s]
-    memo = s < memo_d.shape[0]
-    if memo and memo_v[s, nd] == version[nd]:
-        v1, g = memo_d[s, nd], memo_g[s, nd]
-    else:
-        if stat_ver[nd] != version[nd]:
-            _node_stat_one(nd, gpu_free, cpu_free, node_model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
-            stat_ver[nd] = version[nd]
-        v1, g = _fgd_one(nd, gpu_free, cpu_free, node_model, cnt, lt, frag, cpu[i], kk, pp, tk, tp, tcpu,
-                         tallow, tw, cnt2, lt2, taken)
-        if memo:
-            memo_d[s, nd], memo_g[s, nd], memo_v[s, nd] = v1, g, version[nd]
+    v1, g = K._fgd_score(i, nd, st, pd)
     return v1, K._left_after(i, nd, st), g
 
 

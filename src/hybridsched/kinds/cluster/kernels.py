@@ -131,30 +131,35 @@ def _choose_table(i, cand, nc, st, pd):
 
 
 @njit(cache=True)
-def _choose_fgd(i, cand, nc, st, pd):
-    """``FragmentationGradientDescent.choose``: least fragmentation increase, ties best fit; the
-    per-node statistics and the per-shape scores are cached until the node changes
-    (``version``), as ``fragmentation.FragCache`` does."""
+def _fgd_score(i, nd, st, pd):
+    """FGD's (fragmentation increase, GPU) of task ``i`` on node ``nd``: the per-node statistics and
+    the per-shape scores are cached until the node changes (``version``), as
+    ``fragmentation.FragCache`` does.  Shared with ``class_index``'s indexed FGD."""
     cpu, gpu_free, cpu_free, node_model, version = st[2], st[3], st[4], st[8], st[9]
     tk, tp, tcpu, tallow, tw, cnt, lt, frag, stat_ver = pd[0], pd[1], pd[2], pd[3], pd[4], pd[5], pd[6], pd[7], pd[8]
     shape, shape_k, shape_p, memo_d, memo_g, memo_v, cnt2, lt2, taken = (pd[9], pd[10], pd[11], pd[12], pd[13],
                                                                           pd[14], pd[15], pd[16], pd[17])
     s = shape[i]
-    kk, pp = shape_k[s], shape_p[s]
     memo = s < memo_d.shape[0]  # only the most frequent shapes are memoised (a cap on memory)
+    if memo and memo_v[s, nd] == version[nd]:
+        return memo_d[s, nd], memo_g[s, nd]
+    if stat_ver[nd] != version[nd]:
+        _node_stat_one(nd, gpu_free, cpu_free, node_model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
+        stat_ver[nd] = version[nd]
+    v1, g = _fgd_one(nd, gpu_free, cpu_free, node_model, cnt, lt, frag, cpu[i], shape_k[s], shape_p[s], tk, tp,
+                     tcpu, tallow, tw, cnt2, lt2, taken)
+    if memo:
+        memo_d[s, nd], memo_g[s, nd], memo_v[s, nd] = v1, g, version[nd]
+    return v1, g
+
+
+@njit(cache=True)
+def _choose_fgd(i, cand, nc, st, pd):
+    """``FragmentationGradientDescent.choose``: least fragmentation increase, ties best fit."""
     best, b1, b2, bg = 0, np.inf, np.inf, -1
     for c in range(nc):
         nd = cand[c]
-        if memo and memo_v[s, nd] == version[nd]:
-            v1, g = memo_d[s, nd], memo_g[s, nd]
-        else:
-            if stat_ver[nd] != version[nd]:
-                _node_stat_one(nd, gpu_free, cpu_free, node_model, tk, tp, tcpu, tallow, tw, cnt, lt, frag)
-                stat_ver[nd] = version[nd]
-            v1, g = _fgd_one(nd, gpu_free, cpu_free, node_model, cnt, lt, frag, cpu[i], kk, pp, tk, tp, tcpu,
-                             tallow, tw, cnt2, lt2, taken)
-            if memo:
-                memo_d[s, nd], memo_g[s, nd], memo_v[s, nd] = v1, g, version[nd]
+        v1, g = _fgd_score(i, nd, st, pd)
         v2 = _left_after(i, nd, st)
         if v1 < b1 or (v1 == b1 and v2 < b2):
             best, b1, b2, bg = c, v1, v2, g

@@ -98,15 +98,18 @@ def n_theta(settings: MachineCEMSettings) -> int:
     return len(SCALED) + N_LIN + settings.hidden * (N_IN + 2)
 
 
-def model_from_theta(theta: np.ndarray, base0: dict[str, float], settings: MachineCEMSettings) -> dict[str, Any]:
-    """The scorer's weights for a search vector; ``theta = 0`` gives eft_rank's weights exactly."""
+def model_from_theta(theta: np.ndarray, base0: dict[str, float], settings: MachineCEMSettings,
+                     n_lin: int = N_LIN, n_in: int = N_IN) -> dict[str, Any]:
+    """The scorer's weights for a search vector: log-multipliers of the base's ``SCALED`` weights,
+    then ``n_lin`` linear terms and the hidden layer over ``n_in`` inputs (defaults: ``cem``'s);
+    ``theta = 0`` gives the base heuristic (eft_rank for ``cem``) exactly."""
     theta = np.asarray(theta, dtype=np.float64)
     base = dict(base0)
     for k, z in zip(SCALED, theta[: len(SCALED)]):
         base[k] = float(base0[k] * np.exp(z))
     rest = theta[len(SCALED):]
-    return {"base": base, "lin": rest[:N_LIN].tolist(),
-            "hidden": rest[N_LIN:].reshape(settings.hidden, N_IN + 2).tolist()}
+    return {"base": base, "lin": rest[:n_lin].tolist(),
+            "hidden": rest[n_lin:].reshape(settings.hidden, n_in + 2).tolist()}
 
 
 def _u(rng: np.random.Generator, r: tuple[float, float], log: bool = False) -> float:

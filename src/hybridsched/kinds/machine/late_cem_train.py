@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from hybridsched.kinds.machine import cem_train
 from hybridsched.kinds.machine.cem_train import Family, MachineCEMSettings, train_scorer
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.late_scorer import N_IN, N_LIN, CEMLate
 
-SCALED = ("beta_cpu", "beta_gpu", "backlog_s", "kappa")
+SCALED = cem_train.SCALED  # the same four base weights as cem's
 
 
 def n_theta(settings: MachineCEMSettings) -> int:
@@ -29,12 +30,7 @@ def n_theta(settings: MachineCEMSettings) -> int:
 
 def model_from_theta(theta: np.ndarray, base0: dict[str, float], settings: MachineCEMSettings) -> dict[str, Any]:
     """The scorer's weights for a search vector; ``theta = 0`` gives the base heuristic exactly."""
-    theta = np.asarray(theta, dtype=np.float64)
-    base = dict(base0)
-    for k, z in zip(SCALED, theta[: len(SCALED)]):
-        base[k] = float(base0[k] * np.exp(z))
-    rest = theta[len(SCALED):]
-    return {"base": base, "lin": rest[:N_LIN].tolist(), "hidden": rest[N_LIN:].reshape(settings.hidden, N_IN + 2).tolist()}
+    return cem_train.model_from_theta(theta, base0, settings, N_LIN, N_IN)
 
 
 def train_late_scorer(base0: dict[str, float], search, settings: MachineCEMSettings, cluster: Cluster):
