@@ -56,8 +56,11 @@ browser: system-deps
 repro: $(STAMP) $(PLOTS_TEMPLATE)
 	dvc repro
 
+# the suite runs on every core (pytest-xdist); a test module stays on one worker, so module
+# fixtures (a scratch clone, a trained model) are built once. TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= auto
 test: $(STAMP) $(PLOTS_TEMPLATE) browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow"
