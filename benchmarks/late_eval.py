@@ -14,6 +14,7 @@ noise from seed k).
     python -m benchmarks.late_eval --tune 20 --out /tmp/late_tune      # tune the late heuristics (default train split)
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
     python -m benchmarks.late_eval --train-dqn models/dqn_late --out /tmp/dqn_late   # train dqn_late (~15 min loaded)
+    python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
     python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --heldout 0 --workloads default  # one busy minute
 
@@ -148,6 +149,51 @@ def busiest_minute(arrival: np.ndarray, latency: np.ndarray, window_s: float = 6
     return float(starts[int(np.argmax(tot))])
 
 
+def analyse(cfg: dict[str, Any], pols: dict[str, Any], names: list[str]) -> pd.DataFrame:
+    """Where the latency goes on the default test split: mean wait (ready to first start),
+    mean service (first start to end) against the best time alone, the split kinds, and per
+    device its utilisation and the share of time it is idle while tasks wait in the pool
+    (sampled on a 10 ms grid)."""
+    from hybridsched.kinds.machine.bounds import best_alone_seconds
+    from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, task_matrix
+
+    cluster = cluster_from_config(cfg["cluster"])
+    _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
+    real = cluster.sample_noise(len(test), np.random.default_rng(int(cfg["sim"]["seed"])))
+    X = task_matrix(test, cluster)
+    alone = best_alone_seconds(X[:, CPU_S], X[:, GPU_S], np.full(len(test), cluster.launch_s), X[:, MAX_F])
+    rows = []
+    for name in names:
+        tr = simulate(test, cluster, pols[name](), real)
+        first = np.fmin(tr.cpu_start, tr.gpu_start)
+        f = tr.fraction
+        grid = np.arange(0.0, float(np.nanmax(tr.end)) + 1.0, 0.01)
+
+        def level(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+            ok = ~np.isnan(starts)
+            x = np.zeros(len(grid))
+            np.add.at(x, np.searchsorted(grid, starts[ok]), 1)
+            np.add.at(x, np.searchsorted(grid, ends[ok]), -1)
+            return np.cumsum(x)
+
+        waiting = level(tr.ready, first) > 0
+        row = {"policy": name, "mean latency": float(np.mean(tr.end - tr.arrival)),
+               "wait": float(np.mean(first - tr.ready)), "service": float(np.mean(tr.end - first)),
+               "best alone": float(alone.mean()), "CPU only": float(np.mean(f == 0)),
+               "GPU only": float(np.mean(f >= 1)), "split": float(np.mean((f > 0) & (f < 1)))}
+        for d in range(cluster.n_devices):
+            if d == 0:
+                busy = level(tr.cpu_start, tr.cpu_end) > 0
+            else:
+                on = tr.gpu == d - 1
+                busy = level(np.where(on, tr.gpu_start, np.nan), np.where(on, tr.gpu_end, np.nan)) > 0
+            dev = "CPU" if d == 0 else f"GPU{d - 1}"
+            row[f"{dev} util"] = float(busy.mean())
+            row[f"{dev} idle while waiting"] = float(np.mean(~busy & waiting))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def gantt(cfg: dict[str, Any], pols: dict[str, Any], names: list[str], path: Path) -> Path:
     """Gantt chart of one busy minute of the default test split for ``names`` (late policies)."""
     from hybridsched.kinds.machine.gantt import plot_gantt
@@ -258,6 +304,8 @@ def main() -> None:
     ap.add_argument("--sweep-tasks", type=int, default=1500)
     ap.add_argument("--gantt", default=None, metavar="PNG",
                     help="only the Gantt chart of one busy minute (default workload) of --gantt-policies")
+    ap.add_argument("--analyse", default=None, metavar="POLICIES",
+                    help="only the wait/service/idle analysis of these policies on the default test split")
     ap.add_argument("--gantt-policies", default="wspt_late,cem_late,dqn_late")
     ap.add_argument("--train-dqn", default=None, metavar="DIR",
                     help="only train dqn_late into DIR (late_dqn_train.LateDQNSettings; --dqn-set key=value,...)")
@@ -276,6 +324,13 @@ def main() -> None:
         write_json(out / "validate_late.json", validate_models(args.validate.split(",")))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
+    if args.analyse:
+        cfg = compose([])
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
+        table = analyse(cfg, pols, [n for n in args.analyse.split(",") if n in pols])
+        write_text(out / "analyse.md", markdown(table.round(3)))
+        print(markdown(table.round(3)))
+        return
     if args.gantt:
         cfg = compose([])
         pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
