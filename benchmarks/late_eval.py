@@ -13,7 +13,7 @@ noise from seed k).
     python -m benchmarks.late_eval --out /tmp/late --no-lp --heldout 0 --workloads default
     python -m benchmarks.late_eval --tune 20 --out /tmp/late_tune      # tune the late heuristics (default train split)
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
-    python -m benchmarks.late_eval --train-dqn models/dqn_late --out /tmp/dqn_late   # train dqn_late (~15 min loaded)
+    python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
     python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
     python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --heldout 0 --workloads default  # one busy minute
@@ -46,6 +46,9 @@ from hybridsched.kinds.machine.scenarios import heldout_workloads
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
+# the learned late models behind docs/machine.md's figures (small JSON, committed: models/ is
+# DVC's); the training commands in the module docstring rewrite them
+MODELS = "benchmarks/late_models"
 ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda")
 LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain")
 
@@ -213,6 +216,16 @@ def gantt(cfg: dict[str, Any], pols: dict[str, Any], names: list[str], path: Pat
     return plot_gantt(traces, path, window_s=60.0, start=start, n_devices=cluster.n_devices)
 
 
+def wide(frames: list[pd.DataFrame]) -> str:
+    """Mean latency of every policy per scenario, with the LP bound, as a markdown table."""
+    rows = []
+    for df in frames:
+        m = df.set_index("policy")["mean_latency"]
+        rows.append({"scenario": df["scenario"].iloc[0], "LP bound": float(df["bound"].iloc[0]),
+                     **{k: float(v) for k, v in m.items()}})
+    return markdown(pd.DataFrame(rows))
+
+
 def markdown(df: pd.DataFrame) -> str:
     """A plain markdown table (no tabulate: its version check fails in some environments)."""
     fmt = [lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)]
@@ -294,11 +307,11 @@ def main() -> None:
     ap.add_argument("--no-lp", action="store_true")
     ap.add_argument("--lp-rho", type=float, default=1.0)
     ap.add_argument("--cem-model", default="models/cem")
-    ap.add_argument("--cem-late-model", default="models/cem_late")
+    ap.add_argument("--cem-late-model", default=MODELS + "/cem_late")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS", help="only tune the late heuristics")
     ap.add_argument("--validate", default=None, metavar="DIRS",
                     help="only score these cem_late model dirs (comma-separated) on the validation draws")
-    ap.add_argument("--dqn-late-model", default="models/dqn_late")
+    ap.add_argument("--dqn-late-model", default=MODELS + "/dqn_late")
     ap.add_argument("--sweep", action="store_true", help="only the load sweep (--loads, --sweep-tasks)")
     ap.add_argument("--loads", default="0.5,0.6,0.7,0.8,0.9,1.0,1.1,1.2")
     ap.add_argument("--sweep-tasks", type=int, default=1500)
@@ -340,8 +353,8 @@ def main() -> None:
         cfg = compose([])
         frames = sweep(cfg, policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model),
                        [float(x) for x in args.loads.split(",")], args.sweep_tasks, lp, out)
-        write_text(out / "late_sweep.md", summary(frames))
-        print(summary(frames))
+        write_text(out / "late_sweep.md", wide(frames) + "\n" + summary(frames))
+        print(wide(frames) + "\n" + summary(frames))
         return
     frames = []
     for wname in [w for w in args.workloads.split(",") if w]:
@@ -357,8 +370,8 @@ def main() -> None:
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
             tasks = generate(heldout_spec(w), args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
             frames.append(evaluate(w["name"], tasks, cluster, k, pols, lp, out))
-    write_text(out / "late.md", summary(frames))
-    print(summary(frames))
+    write_text(out / "late.md", wide(frames) + "\n" + summary(frames))
+    print(wide(frames) + "\n" + summary(frames))
 
 
 if __name__ == "__main__":

@@ -50,14 +50,14 @@ class LateDQNSettings:
     """What the DQN trains on and how long."""
 
     seed: int = 0
-    iterations: int = 6
+    iterations: int = 8
     episodes: int = 4          # training draws per iteration
     tasks: int = 1000          # tasks per training draw
-    steps: int = 600           # minibatch updates per iteration
+    steps: int = 800           # minibatch updates per iteration
     batch: int = 128
     hidden: int = 16
-    gamma: float = 0.95
-    lr: float = 1e-3
+    gamma: float = 0.9
+    lr: float = 3e-4
     epsilon: float = 0.1
     max_next: int = 48
     selection_draws: int = 4
