@@ -197,7 +197,7 @@ def train(settings: LateDQNSettings, mix: MachineCEMSettings, cluster: Cluster, 
     def model_now() -> dict[str, Any]:
         return {"hidden": s.hidden, "weights": _weights_of(net).tolist(), "features": N_FEAT}
 
-    history = []
+    history: list[dict[str, Any]] = []
     sel = score(model_now(), sel_draws, cluster)
     best = (float(np.mean(sel)), 0, model_now())
     history.append({"iteration": 0, "selection": float(np.mean(sel))})
