@@ -16,7 +16,7 @@ noise from seed k).
     python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
     python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
-    python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --heldout 0 --workloads default  # one busy minute
+    python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,dqn_late,cem_late  # one busy minute
 
 The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
 and grid give the same bound), so re-running with another model only simulates.  Writes
