@@ -13,6 +13,10 @@ noise from seed k).
     python -m benchmarks.late_eval --out /tmp/late --no-lp --heldout 0 --workloads default
     python -m benchmarks.late_eval --tune 20 --out /tmp/late_tune      # tune the late heuristics (default train split)
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
+    python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
+    python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
+    python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
+    python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,dqn_late,cem_late  # one busy minute
 
 The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
 and grid give the same bound), so re-running with another model only simulates.  Writes
@@ -42,11 +46,14 @@ from hybridsched.kinds.machine.scenarios import heldout_workloads
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
+# the learned late models behind docs/machine.md's figures (small JSON, committed: models/ is
+# DVC's); the training commands in the module docstring rewrite them
+MODELS = "benchmarks/late_models"
 ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda")
 LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain")
 
 
-def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str) -> dict[str, Any]:
+def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_model: str = "") -> dict[str, Any]:
     """Name -> factory; the learned ones only where their model file exists."""
     specs = cfg["policies"]["machine"]
     out = {n: (lambda n=n: instantiate(specs[n])) for n in (*ARRIVAL, *LATE) if n in specs}
@@ -56,6 +63,10 @@ def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str) -> dict[s
         out["cem"] = lambda: instantiate({**specs["cem"], "model_dir": cem_model})
     if (Path(cem_late_model) / "model.json").is_file() and "cem_late" in specs:
         out["cem_late"] = lambda: instantiate({**specs["cem_late"], "model_dir": cem_late_model})
+    if dqn_late_model and (Path(dqn_late_model) / "model.json").is_file():
+        from hybridsched.kinds.machine.policies.late_dqn import DQNLate
+
+        out["dqn_late"] = lambda: DQNLate(model_dir=dqn_late_model)
     return out
 
 
@@ -82,7 +93,7 @@ def evaluate(name: str, tasks, cluster, seed: int, pols: dict[str, Any], lp, out
         lat = tr.end - tr.arrival
         rows.append({"scenario": name, "policy": pname, "dispatch": getattr(policy, "dispatch", "arrival"),
                      "mean_latency": float(lat.mean()), "p99_latency": float(np.percentile(lat, 99))})
-    df = pd.DataFrame(rows).assign(bound_lp=b["mean_latency_lp"], bound=b["mean_latency"])
+    df = pd.DataFrame(rows).assign(bound_lp=b["mean_latency_lp"], bound_solo=b["mean_latency_solo"], bound=b["mean_latency"])
     write_frame(out / f"{name}.csv", df)
     print(f"{name}: {time.perf_counter() - t0:.0f} s (LP {b['mean_latency_lp']:.4g} s)")
     print(df[["policy", "mean_latency", "p99_latency"]].round(4).to_string(index=False))
@@ -103,11 +114,115 @@ def summary(frames: list[pd.DataFrame]) -> str:
                "late ÷ arrival (best heuristics)": round(late.min() / arr.min(), 3)}
         if "cem" in m:
             row["cem (arrival)"] = f"{m['cem']:.4g} ({m['cem'] / arr.min():.3f}×)"
-        if "cem_late" in m:
-            row["cem_late (late)"] = f"{m['cem_late']:.4g} ({m['cem_late'] / late.min():.3f}×)"
+        for name in ("cem_late", "dqn_late"):
+            if name in m:
+                row[f"{name} (late)"] = f"{m[name]:.4g} ({m[name] / late.min():.3f}×)"
         best = m.min()
         row["best policy × LP"] = f"{best / b:.2f} ({m.idxmin()})"
         rows.append(row)
+    return markdown(pd.DataFrame(rows))
+
+
+def sweep(cfg: dict[str, Any], pols: dict[str, Any], loads: list[float], n_tasks: int, lp, out: Path) -> list[pd.DataFrame]:
+    """The load sweep of ``scenarios.load_sweep`` (the default test split's task mix at the rate
+    of each offered load, ``n_tasks`` tasks, tasks and noise from seed 0) over every policy;
+    one frame per load in ``summary``'s shape, plus ``load_sweep.{csv,md,png}``.  The bounds are
+    cached per load as in ``evaluate``."""
+    from hybridsched.kinds.machine.scenarios import rate_for_load, write_sweep
+    from hybridsched.kinds.machine.workload import WorkloadSpec, spec_from_config
+
+    cluster = cluster_from_config(cfg["cluster"])
+    spec = spec_from_config(cfg["workload"], "test")
+    frames = []
+    for load in loads:
+        rate = rate_for_load(spec, cluster, load)
+        s = WorkloadSpec(**{**{k: getattr(spec, k) for k in spec.__dataclass_fields__}, "rate": rate})
+        tasks = generate(s, n_tasks, np.random.default_rng(0), cpu_gflops=cluster.cpu_gflops)
+        frames.append(evaluate(f"load{load:g}", tasks, cluster, 0, pols, lp, out).assign(offered_load=load, rate=rate))
+    write_sweep(pd.concat(frames, ignore_index=True), out, "late against arrival dispatch, default task mix")
+    return frames
+
+
+def busiest_minute(arrival: np.ndarray, latency: np.ndarray, window_s: float = 60.0) -> float:
+    """The start (on a 10 s grid) of the window whose arriving tasks have the most total
+    latency in a reference trace: one busy minute."""
+    starts = np.arange(0.0, max(float(arrival.max()) - window_s, 0.0) + 10.0, 10.0)
+    cum = np.concatenate([[0.0], np.cumsum(latency)])
+    tot = cum[np.searchsorted(arrival, starts + window_s)] - cum[np.searchsorted(arrival, starts)]
+    return float(starts[int(np.argmax(tot))])
+
+
+def analyse(cfg: dict[str, Any], pols: dict[str, Any], names: list[str]) -> pd.DataFrame:
+    """Where the latency goes on the default test split: mean wait (ready to first start),
+    mean service (first start to end) against the best time alone, the split kinds, and per
+    device its utilisation and the share of time it is idle while tasks wait in the pool
+    (sampled on a 10 ms grid)."""
+    from hybridsched.kinds.machine.bounds import best_alone_seconds
+    from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, task_matrix
+
+    cluster = cluster_from_config(cfg["cluster"])
+    _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
+    real = cluster.sample_noise(len(test), np.random.default_rng(int(cfg["sim"]["seed"])))
+    X = task_matrix(test, cluster)
+    alone = best_alone_seconds(X[:, CPU_S], X[:, GPU_S], np.full(len(test), cluster.launch_s), X[:, MAX_F])
+    rows = []
+    for name in names:
+        tr = simulate(test, cluster, pols[name](), real)
+        first = np.fmin(tr.cpu_start, tr.gpu_start)
+        f = tr.fraction
+        grid = np.arange(0.0, float(np.nanmax(tr.end)) + 1.0, 0.01)
+
+        def level(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+            ok = ~np.isnan(starts)
+            x = np.zeros(len(grid))
+            np.add.at(x, np.searchsorted(grid, starts[ok]), 1)
+            np.add.at(x, np.searchsorted(grid, ends[ok]), -1)
+            return np.cumsum(x)
+
+        waiting = level(tr.ready, first) > 0
+        row = {"policy": name, "mean latency": float(np.mean(tr.end - tr.arrival)),
+               "wait": float(np.mean(first - tr.ready)), "service": float(np.mean(tr.end - first)),
+               "best alone": float(alone.mean()), "CPU only": float(np.mean(f == 0)),
+               "GPU only": float(np.mean(f >= 1)), "split": float(np.mean((f > 0) & (f < 1)))}
+        for d in range(cluster.n_devices):
+            if d == 0:
+                busy = level(tr.cpu_start, tr.cpu_end) > 0
+            else:
+                on = tr.gpu == d - 1
+                busy = level(np.where(on, tr.gpu_start, np.nan), np.where(on, tr.gpu_end, np.nan)) > 0
+            dev = "CPU" if d == 0 else f"GPU{d - 1}"
+            row[f"{dev} util"] = float(busy.mean())
+            row[f"{dev} idle while waiting"] = float(np.mean(~busy & waiting))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def gantt(cfg: dict[str, Any], pols: dict[str, Any], names: list[str], path: Path) -> Path:
+    """Gantt chart of one busy minute of the default test split for ``names`` (late policies)."""
+    from hybridsched.kinds.machine.gantt import plot_gantt
+
+    cluster = cluster_from_config(cfg["cluster"])
+    _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
+    real = cluster.sample_noise(len(test), np.random.default_rng(int(cfg["sim"]["seed"])))
+    traces = {}
+    start = 0.0
+    for k, n in enumerate(names):
+        tr = simulate(test, cluster, pols[n](), real)
+        lat = tr.end - tr.arrival
+        if k == 0:  # the window: busiest for the first policy (the best late heuristic)
+            start = busiest_minute(np.asarray(tr.arrival, dtype=np.float64), lat)
+        traces[f"{k + 1}. {n} (mean latency {float(lat.mean()):.3f} s over the run)"] = tr.to_frame()
+    print(f"gantt: {path} window [{start:g}, {start + 60:g}] s")
+    return plot_gantt(traces, path, window_s=60.0, start=start, n_devices=cluster.n_devices)
+
+
+def wide(frames: list[pd.DataFrame]) -> str:
+    """Mean latency of every policy per scenario, with the LP bound, as a markdown table."""
+    rows = []
+    for df in frames:
+        m = df.set_index("policy")["mean_latency"]
+        rows.append({"scenario": df["scenario"].iloc[0], "LP bound": float(df["bound"].iloc[0]),
+                     **{k: float(v) for k, v in m.items()}})
     return markdown(pd.DataFrame(rows))
 
 
@@ -163,6 +278,27 @@ def validate_models(dirs: list[str]) -> dict[str, Any]:
     return out
 
 
+def train_dqn(model_dir: Path, overrides: str, out: Path) -> dict[str, Any]:
+    """Train ``dqn_late`` on ``cem.machine``'s workload mixture (late_dqn_train); the report also
+    goes to ``<out>/train_dqn_late.json``."""
+    from dataclasses import fields
+
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings
+    from hybridsched.kinds.machine.late_dqn_train import LateDQNSettings, train
+
+    types = {f.name: f.type for f in fields(LateDQNSettings)}
+    kv = dict(x.split("=", 1) for x in overrides.split(",") if x)
+    unknown = sorted(set(kv) - set(types))
+    if unknown:
+        raise SystemExit(f"--dqn-set: unknown LateDQNSettings key(s) {unknown}; known: {sorted(types)}")
+    cast = {k: (float(v) if types[k] in ("float", float) else int(v)) for k, v in kv.items()}
+    cfg = compose([])
+    cluster = cluster_from_config(cfg["cluster"])
+    report = train(LateDQNSettings(**cast), MachineCEMSettings.from_dict(cfg["cem"]["machine"]), cluster, model_dir)
+    write_json(out / "train_dqn_late.json", report)
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -171,10 +307,22 @@ def main() -> None:
     ap.add_argument("--no-lp", action="store_true")
     ap.add_argument("--lp-rho", type=float, default=1.0)
     ap.add_argument("--cem-model", default="models/cem")
-    ap.add_argument("--cem-late-model", default="models/cem_late")
+    ap.add_argument("--cem-late-model", default=MODELS + "/cem_late")
     ap.add_argument("--tune", type=int, default=0, metavar="TRIALS", help="only tune the late heuristics")
     ap.add_argument("--validate", default=None, metavar="DIRS",
                     help="only score these cem_late model dirs (comma-separated) on the validation draws")
+    ap.add_argument("--dqn-late-model", default=MODELS + "/dqn_late")
+    ap.add_argument("--sweep", action="store_true", help="only the load sweep (--loads, --sweep-tasks)")
+    ap.add_argument("--loads", default="0.5,0.6,0.7,0.8,0.9,1.0,1.1,1.2")
+    ap.add_argument("--sweep-tasks", type=int, default=1500)
+    ap.add_argument("--gantt", default=None, metavar="PNG",
+                    help="only the Gantt chart of one busy minute (default workload) of --gantt-policies")
+    ap.add_argument("--analyse", default=None, metavar="POLICIES",
+                    help="only the wait/service/idle analysis of these policies on the default test split")
+    ap.add_argument("--gantt-policies", default="wspt_late,cem_late,dqn_late")
+    ap.add_argument("--train-dqn", default=None, metavar="DIR",
+                    help="only train dqn_late into DIR (late_dqn_train.LateDQNSettings; --dqn-set key=value,...)")
+    ap.add_argument("--dqn-set", default="", help="LateDQNSettings overrides, e.g. iterations=2,tasks=300")
     ap.add_argument("--out", default="metrics/late")
     args = ap.parse_args()
     out = Path(args.out)
@@ -182,26 +330,48 @@ def main() -> None:
     if args.tune:
         tune_late(args.tune, out)
         return
+    if args.train_dqn:
+        train_dqn(Path(args.train_dqn), args.dqn_set, out)
+        return
     if args.validate:
         write_json(out / "validate_late.json", validate_models(args.validate.split(",")))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
+    if args.analyse:
+        cfg = compose([])
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
+        table = analyse(cfg, pols, [n for n in args.analyse.split(",") if n in pols])
+        write_text(out / "analyse.md", markdown(table.round(3)))
+        print(markdown(table.round(3)))
+        return
+    if args.gantt:
+        cfg = compose([])
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
+        gantt(cfg, pols, [n for n in args.gantt_policies.split(",") if n in pols], Path(args.gantt))
+        return
+    if args.sweep:
+        cfg = compose([])
+        frames = sweep(cfg, policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model),
+                       [float(x) for x in args.loads.split(",")], args.sweep_tasks, lp, out)
+        write_text(out / "late_sweep.md", wide(frames) + "\n" + summary(frames))
+        print(wide(frames) + "\n" + summary(frames))
+        return
     frames = []
     for wname in [w for w in args.workloads.split(",") if w]:
         cfg = compose(WORKLOADS[wname])
         cluster = cluster_from_config(cfg["cluster"])
         _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         frames.append(evaluate(wname, test, cluster, int(cfg["sim"]["seed"]),
-                               policies(cfg, args.cem_model, args.cem_late_model), lp, out))
+                               policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model), lp, out))
     if args.heldout:
         cfg = compose([])
         cluster = cluster_from_config(cfg["cluster"])
-        pols = policies(cfg, args.cem_model, args.cem_late_model)
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
             tasks = generate(heldout_spec(w), args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
             frames.append(evaluate(w["name"], tasks, cluster, k, pols, lp, out))
-    write_text(out / "late.md", summary(frames))
-    print(summary(frames))
+    write_text(out / "late.md", wide(frames) + "\n" + summary(frames))
+    print(wide(frames) + "\n" + summary(frames))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 (hypothesis), the compiled loop against the plain-Python reference, the LP bound below every
 late policy, and the split rule on a hand-made case."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +17,8 @@ from hybridsched.kinds.machine.late_engine import simulate_late
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate, LateList, SPTLate, WSPTLate
+from hybridsched.kinds.machine.policies.late_dqn import DQNLate, n_weights
+from hybridsched.kinds.machine.policies.late_scorer import CEMLate
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
 from tests.conftest import small_workload
@@ -33,9 +37,16 @@ cases = st.fixed_dictionaries({
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+MODELS = Path(__file__).resolve().parents[2] / "benchmarks" / "late_models"
+
+
 def late_policies():
+    rnd = np.random.default_rng(3).normal(0, 0.7, n_weights(6))
     return [SPTLate(), WSPTLate(), EFTLate(), HEFTLate(), EFTLate(beta_cpu=14.3, beta_gpu=1.7, backlog_s=7.26),
-            SPTLate(aging=0.5, beta_cpu=2.0, fraction_step=0.25)]
+            SPTLate(aging=0.5, beta_cpu=2.0, fraction_step=0.25),
+            # the learned late models behind docs/machine.md's figures, and a random Q-network
+            CEMLate(model_dir=str(MODELS / "cem_late")), DQNLate(model_dir=str(MODELS / "dqn_late")),
+            DQNLate(model={"hidden": 6, "weights": rnd.tolist()})]
 
 
 def _setup(c):

@@ -1,0 +1,223 @@
+"""``dqn_late``: a per-candidate Q-network for late dispatch (issue 22; Decima's per-node scores).
+
+At each pick (``late_engine.py``) every waiting task offers up to two candidates, one per
+split rule on the believed free times of the CPU and the GPU that frees first:
+
+- ``A``: the split of earliest believed finish (plain EFT, ``eft_late`` with every weight 0);
+- ``B``: the split of least ``finish + cpu_busy + gpu_busy`` (eft_rank's work charge, weight 1),
+  only when it differs from A.
+
+A candidate whose split uses only busy devices is not offered (the task waits).  Each
+candidate gets ``N_FEAT`` features (``FEATURES``, dimensionless: times over the running mean
+best-alone time ``m``, squashed by ``x / (1 + x)``), and
+
+    Q = MLP(features) - finish / m
+
+with ``MLP`` two ReLU layers of ``hidden`` units and one linear output.  The candidate of
+largest Q starts (ties: the first).  The ``- finish / m`` term is a fixed prior: with the
+MLP's output layer 0 the policy is plain late EFT (``eft_late_plain``), so training starts
+from a sane policy and the network learns the correction.  Training
+(:mod:`hybridsched.kinds.machine.late_dqn_train`) is double DQN on Decima's reward,
+``-(seconds to the next decision) x (tasks in the system) / m``, whose sum over a run is
+minus the total latency.  The forward pass here is numba (no torch), the same arithmetic as
+the training network's (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numba import njit
+
+from hybridsched.errors import HybridschedError
+from hybridsched.kinds.machine.engine import CPU_S, GPU_S
+from hybridsched.kinds.machine.policies.late import (
+    _ALONE,
+    _N_PARAMS,
+    _RANK,
+    _WORK,
+    LateList,
+    least_free_gpu,
+    split_of,
+    start_device,
+    task_data,
+)
+
+MODEL_FILE = "model.json"
+FEATURES = ("finish", "alone", "wait", "cpu_time", "gpu_time", "on_cpu", "split", "rank", "children", "queue",
+            "load", "pool", "busy", "idle_share", "option_b")
+N_FEAT = len(FEATURES)
+_CHILDREN, _MEAN = 4, 5  # extra pdata columns after late.task_data's four
+_HID = _N_PARAMS  # params: the list kernel's head, hidden units, the packed MLP, then the fraction grid
+_NET = _N_PARAMS + 1
+
+
+def n_weights(hidden: int) -> int:
+    """Length of the packed MLP: W1 (hidden x N_FEAT), b1, W2 (hidden x hidden), b2, w3, b3."""
+    return hidden * N_FEAT + hidden + hidden * hidden + hidden + hidden + 1
+
+
+@njit
+def _sq(x):
+    return x / (1.0 + x) if x > 0.0 else 0.0
+
+
+@njit
+def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0):
+    """Every startable (task, split) candidate: features (n, N_FEAT + 1; the last column is the
+    prior ``finish / m``), pool position, start device, split, and the GPU of the splits."""
+    n_dev = est.shape[0]
+    g = least_free_gpu(est)
+    newest = 0
+    b = 0.0
+    for k in range(n_pool):
+        newest = max(newest, pool[k])
+        b += pdata[pool[k], _WORK]
+    for d in range(n_dev):
+        b += est[d] - t
+    m = pdata[newest, _MEAN]
+    b /= n_dev
+    load = b / (b + m)
+    n_idle = 0
+    for d in range(n_dev):
+        n_idle += idle[d]
+    feat = np.zeros((2 * n_pool, N_FEAT + 1))
+    ck = np.empty(2 * n_pool, dtype=np.int64)
+    cd = np.empty(2 * n_pool, dtype=np.int64)
+    cf = np.empty(2 * n_pool)
+    c = 0
+    for k in range(n_pool):
+        i = pool[k]
+        prev_f = -1.0
+        for opt in range(2):
+            f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, float(opt))
+            if opt == 1 and f == prev_f:
+                continue
+            prev_f = f
+            d = start_device(f, g, idle)
+            if d < 0:
+                continue
+            q = 0.0
+            if f < 1.0:
+                q += qlen[0]
+            if f > 0.0:
+                q += qlen[g + 1]
+            fr = (fin - t) / m
+            feat[c, 0] = _sq(fr)
+            feat[c, 1] = _sq(pdata[i, _ALONE] / m)
+            feat[c, 2] = _sq((t - ready[i]) / m)
+            feat[c, 3] = _sq(X[i, CPU_S] / m)
+            feat[c, 4] = _sq((params[0] + X[i, GPU_S]) / m)
+            feat[c, 5] = 1.0 if d == 0 else 0.0
+            feat[c, 6] = 1.0 if (f > 0.0 and f < 1.0) else 0.0
+            feat[c, 7] = _sq(pdata[i, _RANK] / m)
+            feat[c, 8] = _sq(pdata[i, _CHILDREN])
+            feat[c, 9] = _sq(q)
+            feat[c, 10] = load
+            feat[c, 11] = _sq(n_pool / n_dev)
+            feat[c, 12] = _sq((cb + gb) / m)
+            feat[c, 13] = n_idle / n_dev
+            feat[c, 14] = float(opt)
+            feat[c, N_FEAT] = fr
+            ck[c] = k
+            cd[c] = d
+            cf[c] = f
+            c += 1
+    return c, g, feat, ck, cd, cf
+
+
+@njit
+def q_values(feat, c, params, off, hidden):
+    """Q of the first ``c`` candidates: the packed MLP (``n_weights``) at ``off`` minus the prior."""
+    w1 = off
+    b1 = w1 + hidden * N_FEAT
+    w2 = b1 + hidden
+    b2 = w2 + hidden * hidden
+    w3 = b2 + hidden
+    b3 = w3 + hidden
+    out = np.empty(c)
+    h1 = np.empty(hidden)
+    for j in range(c):
+        for r in range(hidden):
+            acc = params[b1 + r]
+            for q in range(N_FEAT):
+                acc += params[w1 + r * N_FEAT + q] * feat[j, q]
+            h1[r] = acc if acc > 0.0 else 0.0
+        v = params[b3]
+        for r in range(hidden):
+            acc = params[b2 + r]
+            for q in range(hidden):
+                acc += params[w2 + r * hidden + q] * h1[q]
+            if acc > 0.0:
+                v += params[w3 + r] * acc
+        out[j] = v - feat[j, N_FEAT]
+    return out
+
+
+@njit
+def _dqn_late(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
+    hidden = int(params[_HID])
+    grid0 = _NET + n_weights_nb(hidden)
+    c, g, feat, ck, cd, cf = candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
+    if c == 0:
+        return -1, -1, 0.0, g
+    q = q_values(feat, c, params, _NET, hidden)
+    a = 0
+    for j in range(1, c):
+        if q[j] > q[a]:
+            a = j
+    return ck[a], cd[a], cf[a], g
+
+
+@njit
+def n_weights_nb(hidden):
+    return hidden * N_FEAT + hidden + hidden * hidden + hidden + hidden + 1
+
+
+def pdata_of(tasks, cluster, X) -> np.ndarray:
+    """late.task_data's columns plus dependants and the causal running mean best-alone time."""
+    n = len(tasks)
+    base = task_data(tasks, cluster, X, 0.0)
+    running = np.cumsum(base[:, _ALONE]) / np.arange(1, n + 1)  # rows in arrival order: causal
+    child_ptr, _ = tasks.children_csr()
+    return np.column_stack([base, np.diff(child_ptr).astype(np.float64), np.maximum(running, 1e-9)])
+
+
+def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The kernel's params: split option B's work charge (beta 1 on both devices), the
+    hidden-unit count, the packed MLP, the fraction grid."""
+    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    return np.concatenate([np.asarray(head, dtype=np.float64), [float(hidden)], weights, grid])
+
+
+class DQNLate(LateList):
+    """Per-candidate Q-network (module docstring); weights in ``model_dir/model.json`` (``hidden``,
+    ``weights``), or given as ``model``."""
+
+    name = "dqn_late"
+    pick_kernel: ClassVar[object] = _dqn_late
+
+    def __init__(self, model_dir: str = "models/dqn_late", fraction_step: float = 0.05,
+                 model: dict[str, Any] | None = None) -> None:
+        super().__init__(fraction_step=fraction_step)
+        self.model_dir = Path(model_dir)
+        self._model = model
+
+    def prepare(self, tasks, cluster, X) -> None:
+        if self._model is None:
+            path = self.model_dir / MODEL_FILE
+            if not path.is_file():
+                raise HybridschedError(f"dqn_late policy: no trained model at {path}; run "
+                                       "`python -m benchmarks.late_eval --train-dqn models/dqn_late`")
+            self._model = json.loads(path.read_text())
+        hidden = int(self._model["hidden"])
+        w = np.asarray(self._model["weights"], dtype=np.float64)
+        if w.size != n_weights(hidden):
+            raise HybridschedError(f"dqn_late model: {n_weights(hidden)} weights expected for hidden={hidden}, "
+                                   f"got {w.size}")
+        self.n_gpus = cluster.n_gpus
+        self._params = head_params(cluster, hidden, w, self.grid)
+        self._pdata = pdata_of(tasks, cluster, X)

@@ -1,0 +1,62 @@
+"""benchmarks.late_eval's report modes, shrunk: the Gantt chart of one busy minute, the load
+sweep, the idle analysis and the dqn_late training entry point (all into tmp_path)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from benchmarks import late_eval
+
+
+def _main(monkeypatch, *argv: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["late_eval", *argv])
+    late_eval.main()
+
+
+def test_gantt_writes_one_busy_minute(tmp_path, monkeypatch):
+    png = tmp_path / "img" / "late_gantt.png"
+    none = str(tmp_path / "no_model")
+    _main(monkeypatch, "--gantt", str(png), "--gantt-policies", "wspt_late,eft_late", "--cem-late-model", none,
+          "--dqn-late-model", none, "--out", str(tmp_path / "o"))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_busiest_minute_is_where_latency_piles_up():
+    import numpy as np
+
+    arrival = np.arange(0.0, 300.0, 1.0)
+    latency = np.where((arrival >= 120) & (arrival < 180), 5.0, 0.1)
+    assert late_eval.busiest_minute(arrival, latency) == 120.0
+
+
+def test_sweep_and_analyse_shrunk(tmp_path, monkeypatch):
+    none = str(tmp_path / "no_model")
+    out = tmp_path / "sweep"
+    _main(monkeypatch, "--sweep", "--loads", "0.5,1.1", "--sweep-tasks", "150", "--no-lp", "--cem-model", none,
+          "--cem-late-model", none, "--dqn-late-model", none, "--out", str(out))
+    md = (out / "late_sweep.md").read_text()
+    assert "load0.5" in md and "load1.1" in md
+    table = pd.read_csv(out / "load_sweep.csv")
+    assert set(table["offered_load"]) == {0.5, 1.1}
+    assert (out / "load_sweep.png").is_file()
+    # the higher load waits longer under every late heuristic
+    lat = table.pivot_table(index="policy", columns="offered_load", values="mean_latency")
+    assert (lat[1.1] > lat[0.5]).loc[["wspt_late", "eft_late_plain"]].all()
+    _main(monkeypatch, "--analyse", "eft_late_plain", "--cem-late-model", none, "--dqn-late-model", none,
+          "--out", str(tmp_path / "an"))
+    text = (tmp_path / "an" / "analyse.md").read_text()
+    assert "eft_late_plain" in text and "idle while waiting" in text
+
+
+def test_train_dqn_entry_point_and_bad_override(tmp_path, monkeypatch):
+    _main(monkeypatch, "--train-dqn", str(tmp_path / "m"), "--dqn-set",
+          "iterations=1,episodes=1,tasks=100,steps=5,batch=8,hidden=3,selection_draws=1,validation_draws=0",
+          "--out", str(tmp_path / "o"))
+    assert json.loads((tmp_path / "m" / "model.json").read_text())["hidden"] == 3
+    assert (tmp_path / "o" / "train_dqn_late.json").is_file()
+    with pytest.raises(SystemExit, match="unknown LateDQNSettings key"):
+        _main(monkeypatch, "--train-dqn", str(tmp_path / "m2"), "--dqn-set", "iters=1", "--out", str(tmp_path / "o"))
