@@ -197,10 +197,12 @@ def init_candidates(gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, 
 
 
 @njit
-def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, pred_lat, tokens_tab,
+def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, alone_lat, pred_lat, tokens_tab,
          noise, noise_col, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
          b_tokens, b_first, b_count, obs, dec_batch):
-    """Run to completion; returns (batches, decisions recorded)."""
+    """Run to completion; returns (batches, decisions recorded). A batch that starts while
+    every other lane is idle takes ``alone_lat`` (the same array as ``true_lat`` unless the
+    caller models contention: the profile's single-lane rows), else ``true_lat``."""
     G = gptr.shape[0] - 1
     record = eparams[P_RECORD] > 0
     head = gptr[:G].copy()
@@ -255,7 +257,12 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
             g = elig[0]  # a kernel's bad choice must not break the run
         v = gvar[g]
         s = trim_s[g]
-        dur = true_lat[v, s] * noise[nb, noise_col[v]]
+        base = alone_lat[v, s]
+        for k in range(n_lanes):
+            if k != lane and lane_free[k] > t:  # another lane busy: the contended (served) time
+                base = true_lat[v, s]
+                break
+        dur = base * noise[nb, noise_col[v]]
         lane_free[lane] = t + dur
         run_tok[lane] = tokens_tab[v, s]
         run_var[lane] = v
@@ -374,9 +381,10 @@ def group_arrays(settings) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-               noise_seed: int | None = None, record: bool = False) -> RawRun:
+               noise_seed: int | None = None, record: bool = False, alone_lat: np.ndarray | None = None) -> RawRun:
     """The simulator itself (the compiled loop and its output arrays); :func:`simulate` adds the
-    per-request DataFrame."""
+    per-request DataFrame. ``alone_lat``: the table of a batch that starts while the other
+    lanes are idle (default ``true_lat`` for every batch)."""
     n = len(reqs)
     G = settings.n_groups
     pred = true_lat if pred_lat is None else pred_lat
@@ -391,8 +399,10 @@ def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarra
     n_obs = N_OBS_PER_GROUP * G + 2
     obs = np.zeros((n if record else 1, n_obs), np.float32)
     dec_batch = np.zeros(n if record else 1, np.int64)
+    true_ = np.nan_to_num(true_lat, nan=np.inf)
+    alone = true_ if alone_lat is None else np.nan_to_num(alone_lat, nan=np.inf)
     nb, nd = _run(policy.kernel, reqs.arrival, reqs.deadline, reqs.size, reqs.variant, reqs.cls, gptr, gidx, gvar,
-                  gcls, np.nan_to_num(true_lat, nan=np.inf), np.nan_to_num(pred, nan=np.inf),
+                  gcls, true_, alone, np.nan_to_num(pred, nan=np.inf),
                   settings.token_table(), noise, noise_col, engine_params(settings, policy, record), pdata, pparams,
                   settings.lanes, r_batch, r_drop, b["start"], b["end"], b["lane"], b["group"], b["samples"],
                   b["tokens"], b["first"], b["count"], obs, dec_batch)
@@ -422,11 +432,11 @@ def trace_frames(reqs, name: str, raw: RawRun):
 
 
 def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-             noise_seed: int | None = None, record: bool = False) -> Trace:
+             noise_seed: int | None = None, record: bool = False, alone_lat: np.ndarray | None = None) -> Trace:
     """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
     ``reqs`` (:class:`~hybridsched.kinds.serving.workload.Requests`). ``true_lat`` is the latency
     table the batches actually take (times lognormal noise with each variant's sigma,
     :func:`noise_table`, seeded by ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
-    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record)
+    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record, alone_lat)
     df, batches = trace_frames(reqs, policy.name, raw)
     return Trace(policy.name, df, batches, raw.obs, raw.dec_batch)

@@ -239,7 +239,9 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     Simulations of the same stream: ``sim`` (the table as served, i.e. the profile's rows timed
     with ``lanes`` concurrent workers, and each variant's measured sigma: what the pipeline
     simulates), ``alone`` (only for a profile as served: its single-lane rows with the fixed
-    ``serving.service_sigma``, the model before issue #24) and ``cal`` (calibrated on this run)."""
+    ``serving.service_sigma``, the model before issue #24), ``dyn`` (the same profile with
+    contention as it happens: single-lane rows for a batch that starts while the other lanes
+    are idle, served rows otherwise) and ``cal`` (calibrated on this run)."""
     import os
     from dataclasses import replace
 
@@ -283,12 +285,12 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     cal_lat, sigma, factors = calibrated_table(lat, [t.batches for t in real.values()], s)
     seed = int(run.cfg.get("sim", {}).get("seed", 0))
     fixed = replace(s, variant_sigma=())
-    runs = [("sim", lat, s), *([("alone", alone, fixed)] if alone is not None else []),
-            ("cal", cal_lat, replace(fixed, service_sigma=sigma))]
-    sims: dict[str, dict[str, pd.DataFrame]] = {prefix: {} for prefix, _, _ in runs}
+    runs = [("sim", lat, s, None), *([("alone", alone, fixed, None), ("dyn", lat, s, alone)] if alone is not None else []),
+            ("cal", cal_lat, replace(fixed, service_sigma=sigma), None)]
+    sims: dict[str, dict[str, pd.DataFrame]] = {prefix: {} for prefix, *_ in runs}
     for name in names:
-        for prefix, table_, s_ in runs:
-            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed)
+        for prefix, table_, s_, alone_ in runs:
+            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed, alone_lat=alone_)
             sims[prefix][name] = tr.requests
             for what, t in (("real", real[name]), (f"simulated ({prefix})", tr)):
                 problems = check_trace(t.requests, t.batches, s)
@@ -309,6 +311,8 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
             f"* `sim`: the simulator with that table and per-variant service sigma {sig} "
             f"(sigma_source {s.sigma_source!r}{'' if s.variant_sigma else ', none measured: service_sigma'}).\n"
             + (f"* `alone`: the same profile's single-lane rows with one sigma {s.service_sigma} (before issue #24).\n"
+               f"* `dyn`: contention as it happens: a batch that starts while the other lanes are idle takes the "
+               f"single-lane time, else the served one; the per-variant sigma of `sim`.\n"
                if alone is not None else "")
             + f"* `cal`: the `sim` table scaled per variant by the median measured/table service ratio of this run "
             f"{ratio}, one sigma {sigma:.3f} measured around those.\n\n"
