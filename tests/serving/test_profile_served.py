@@ -27,3 +27,15 @@ def test_profile_with_two_lanes_keeps_both_and_the_simulator_reads_the_served_ro
     t = read_table(s)
     assert (t["lanes"] == 2).all() and len(t) == 3
     assert np.allclose(t.sort_values("batch")["latency_ms"], [by[(2, b)]["latency_ms"] for b in (1, 2, 4)])
+
+
+def test_fit_batches_are_measured_while_the_budget_lasts():
+    """budget_s 0: only measure_batches are timed; a large budget times the fit batch as well
+    (single-lane and served rows, ``fitted: false``); no timing asserted."""
+    base = dict(models=("resnet18",), backends=("onnx",), measure_batches=(1, 2), fit_batches=(3,), warmup=0,
+                repeats=1, lanes=2)
+    none = {(r["lanes"], r["batch"]): r["fitted"] for r in profile_models(ProfileSettings(**base))["table"]}
+    assert none == {(1, 1): False, (1, 2): False, (1, 3): True, (2, 1): False, (2, 2): False, (2, 3): True}
+    rich = profile_models(ProfileSettings(**base, budget_s=1e6))["table"]
+    assert {(r["lanes"], r["batch"]): r["fitted"] for r in rich} == {k: False for k in none}
+    assert {r["source"] for r in rich if r["lanes"] == 2} == {"served"}

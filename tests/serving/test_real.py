@@ -3,6 +3,8 @@ the simulator on the same stream (real.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,13 +22,15 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture
 def tiny(tmp_path):
     cfg = serving_cfg(tmp_path, models={"resnet18": 80.0}, backends=["torch"], max_batch=4)
-    # a latency table of the order ResNet-18 takes on one CPU thread (the test does not profile: time)
-    table = tmp_path / "latency.csv"
-    pd.DataFrame({"model": "resnet18", "backend": "torch", "precision": "fp32", "batch": [1, 2, 4],
-                  "latency_ms": [60.0, 110.0, 210.0]}).to_csv(table, index=False)
-    cfg["serving"]["latency_table"] = str(table)
+    # a profile as served of the order ResNet-18 takes on one CPU thread (alone and with 2 lanes) and
+    # its sigma: the profile stage's format (the test does not profile: time)
+    rows = [{"model": "resnet18", "backend": "torch", "precision": "fp32", "batch": b, "latency_ms": ms * f,
+             "lanes": lanes, "fitted": False} for lanes, f in ((1, 1.0), (2, 1.4)) for b, ms in ((1, 60.0), (2, 110.0), (4, 210.0))]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"table": rows, "lanes": 2, "sigma": {"resnet18/torch": 0.12}}))
+    cfg["serving"].update(latency_table="measured", profile_path=str(profile))
     cfg["serving"]["predictor"]["use"] = "table"
-    cfg["serving"]["real"].update(duration_s=2.0, rate=2.0, lanes=2, policies=["fifo", "edf"])
+    cfg["serving"]["real"].update(duration_s=2.0, rate=2.0, lanes=2, policies=["fifo", "edf", "predictive"])
     cfg["workload"]["mix"] = {"models": {"resnet18": 1.0}, "classes": {"interactive": 0.5, "batch": 0.5}}
     return cfg
 
@@ -36,11 +40,15 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     run = Run(tiny, tracking=False)
     table = kind.sim_vs_real(run)
     out = tmp_path / "metrics" / "plots" / "kind"
-    assert (out / "sim_vs_real.csv").exists() and "sim_p95_gap" in (out / "sim_vs_real.md").read_text()
-    assert set(table["policy"]) == {"fifo", "edf"} and "all" in set(table["class"])
-    for name in ("fifo", "edf"):
+    md = (out / "sim_vs_real.md").read_text()
+    assert (out / "sim_vs_real.csv").exists() and "sim_p95_gap" in md and "alone_p95_gap" in md
+    assert "{'resnet18/torch': 0.12}" in md and "Load average" in md  # the sigma the simulator used, the load
+    assert "P50/P95 figures within 15%" in md
+    assert set(table["policy"]) == {"fifo", "edf", "predictive"} and "all" in set(table["class"])
+    for name in ("fifo", "edf", "predictive"):
         tr = pd.read_parquet(out / f"real_{name}.parquet")
-        assert len(tr) == 4 and (tr["batch_id"] >= 0).all()  # every request served once, none dropped
+        assert len(tr) == 4 and (tr["batch_id"] >= (-1 if name == "predictive" else 0)).all()  # fifo/edf drop none
+        tr = tr[tr["batch_id"] >= 0]
         assert (tr["start"] >= tr["arrival"]).all() and (tr["end"] > tr["start"]).all()
         # the model really ran: ResNet-18 on one thread takes tens of ms, not microseconds
         assert tr["service"].min() > 0.005

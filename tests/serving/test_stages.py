@@ -16,7 +16,7 @@ from tests.serving.conftest import serving_cfg, traces_dir
 def tiny(tmp_path):
     cfg = serving_cfg(tmp_path, models={"resnet18": 80.0}, backends=["torch"], max_batch=8, load_sweep=[0.5, 1.0])
     cfg["serving"]["profile"].update(models=["resnet18"], backends=["torch"], measure_batches=[1, 2],
-                                     fit_batches=[4, 8], warmup=0, repeats=1)
+                                     fit_batches=[4, 8], warmup=0, repeats=1, budget_s=0.0)
     cfg["serving"]["predictor"].update(n_estimators=10, test_batches=[2])
     cfg["serving"]["dqn"].update(episodes=2, learning_starts=20, batch_size=16, hidden=8)
     cfg["serving"]["tune"].update(n_trials=3)
@@ -54,6 +54,9 @@ def test_every_stage_in_order(tiny, tmp_path):
     assert len(cem["heldout"]) == 5 and cem["heldout_wins_or_ties"] == sum(r["cem_wins_or_ties"] for r in cem["heldout"])
     bound = json.loads((tmp_path / "data" / "traces" / "bound.json").read_text())
     assert bound["slo_attainment"] == min(bound["clairvoyant.slo_attainment"], bound["contention.slo_attainment"])
+    # the simulator drew resnet18/torch with the sigma the profile as served measured
+    assert bound["sigma_source"] == "profile"
+    assert bound["service_sigma"]["resnet18/torch/fp32"] == pytest.approx(prof["sigma"]["resnet18/torch"], abs=1e-4)
     report = json.loads((m / "import_report.json").read_text())
     assert report["rate"] == 6.0 and report["load"] is None and set(report["offered_load"]) == {"train", "test"}
     summary = json.loads((m / "summary.json").read_text())

@@ -197,10 +197,12 @@ def init_candidates(gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, 
 
 
 @njit
-def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, pred_lat, tokens_tab,
-         noise, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
+def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, alone_lat, pred_lat, tokens_tab,
+         noise, noise_col, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
          b_tokens, b_first, b_count, obs, dec_batch):
-    """Run to completion; returns (batches, decisions recorded)."""
+    """Run to completion; returns (batches, decisions recorded). A batch that starts while
+    every other lane is idle takes ``alone_lat`` (the same array as ``true_lat`` unless the
+    caller models contention: the profile's single-lane rows), else ``true_lat``."""
     G = gptr.shape[0] - 1
     record = eparams[P_RECORD] > 0
     head = gptr[:G].copy()
@@ -255,7 +257,12 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
             g = elig[0]  # a kernel's bad choice must not break the run
         v = gvar[g]
         s = trim_s[g]
-        dur = true_lat[v, s] * noise[nb]
+        base = alone_lat[v, s]
+        for k in range(n_lanes):
+            if k != lane and lane_free[k] > t:  # another lane busy: the contended (served) time
+                base = true_lat[v, s]
+                break
+        dur = base * noise[nb, noise_col[v]]
         lane_free[lane] = t + dur
         run_tok[lane] = tokens_tab[v, s]
         run_var[lane] = v
@@ -295,12 +302,32 @@ def group_index(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarra
     return ptr, order.astype(np.int64)
 
 
-def service_noise(settings, n: int, seed: int | None = None) -> np.ndarray:
-    """Actual / table service time of batch k = 0..n-1: lognormal with mean 1, sigma
-    ``serving.service_sigma`` (the same draw for every policy of a run)."""
+def noise_table(settings, n: int, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(noise, col)``: batch k of variant v runs ``lat[v, b] x noise[k, col[v]]``, lognormal
+    with mean 1 and the variant's sigma (``settings.sigmas()``: the profile's per-variant ones,
+    or ``serving.service_sigma``). One standard-normal draw z_k per batch, shared by every
+    variant and every policy of a run (common random numbers); one column per distinct sigma,
+    so one sigma for all keeps the draws of ``rng.normal(-sigma^2/2, sigma)`` exactly."""
     rng = np.random.default_rng(settings.seed if seed is None else seed)
-    sig = settings.service_sigma
-    return np.exp(rng.normal(-sig**2 / 2, sig, n)) if sig > 0 else np.ones(n)
+    sig = settings.sigmas()
+    uniq, col = np.unique(sig, return_inverse=True)
+    if len(uniq) == 1:
+        s0 = float(uniq[0])
+        noise = np.exp(rng.normal(-s0**2 / 2, s0, n)) if s0 > 0 else np.ones(n)
+        return noise.reshape(n, 1), col.astype(np.int64)
+    z = rng.standard_normal(n)
+    noise = np.empty((n, len(uniq)))
+    for j, s in enumerate(uniq):
+        noise[:, j] = np.exp(-s**2 / 2 + s * z) if s > 0 else 1.0
+    return noise, col.astype(np.int64)
+
+
+def service_noise(settings, n: int, seed: int | None = None) -> np.ndarray:
+    """A lower bound on the actual / table service time of batch k = 0..n-1 (the bounds'
+    ``noise``): the smallest factor any variant would get with that batch's draw
+    (:func:`noise_table`; with one sigma for all, exactly the factor)."""
+    noise, _ = noise_table(settings, n, seed)
+    return noise.min(axis=1)
 
 
 @dataclass
@@ -354,16 +381,17 @@ def group_arrays(settings) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-               noise_seed: int | None = None, record: bool = False) -> RawRun:
+               noise_seed: int | None = None, record: bool = False, alone_lat: np.ndarray | None = None) -> RawRun:
     """The simulator itself (the compiled loop and its output arrays); :func:`simulate` adds the
-    per-request DataFrame."""
+    per-request DataFrame. ``alone_lat``: the table of a batch that starts while the other
+    lanes are idle (default ``true_lat`` for every batch)."""
     n = len(reqs)
     G = settings.n_groups
     pred = true_lat if pred_lat is None else pred_lat
     check_inputs(reqs, settings, true_lat, pred)
     gptr, gidx = group_index(reqs.group, G)
     gvar, gcls = group_arrays(settings)
-    noise = service_noise(settings, n, noise_seed)
+    noise, noise_col = noise_table(settings, n, noise_seed)
     pdata, pparams = policy.kernel_data(settings, pred)
     r_batch = np.full(n, -2, np.int64)
     r_drop = np.full(n, np.nan)
@@ -371,9 +399,11 @@ def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarra
     n_obs = N_OBS_PER_GROUP * G + 2
     obs = np.zeros((n if record else 1, n_obs), np.float32)
     dec_batch = np.zeros(n if record else 1, np.int64)
+    true_ = np.nan_to_num(true_lat, nan=np.inf)
+    alone = true_ if alone_lat is None else np.nan_to_num(alone_lat, nan=np.inf)
     nb, nd = _run(policy.kernel, reqs.arrival, reqs.deadline, reqs.size, reqs.variant, reqs.cls, gptr, gidx, gvar,
-                  gcls, np.nan_to_num(true_lat, nan=np.inf), np.nan_to_num(pred, nan=np.inf),
-                  settings.token_table(), noise, engine_params(settings, policy, record), pdata, pparams,
+                  gcls, true_, alone, np.nan_to_num(pred, nan=np.inf),
+                  settings.token_table(), noise, noise_col, engine_params(settings, policy, record), pdata, pparams,
                   settings.lanes, r_batch, r_drop, b["start"], b["end"], b["lane"], b["group"], b["samples"],
                   b["tokens"], b["first"], b["count"], obs, dec_batch)
     return RawRun(r_batch, r_drop, b, nb, obs[:nd], dec_batch[:nd])
@@ -402,11 +432,11 @@ def trace_frames(reqs, name: str, raw: RawRun):
 
 
 def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-             noise_seed: int | None = None, record: bool = False) -> Trace:
+             noise_seed: int | None = None, record: bool = False, alone_lat: np.ndarray | None = None) -> Trace:
     """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
     ``reqs`` (:class:`~hybridsched.kinds.serving.workload.Requests`). ``true_lat`` is the latency
-    table the batches actually take (times lognormal noise, ``serving.service_sigma``, seeded by
-    ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
-    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record)
+    table the batches actually take (times lognormal noise with each variant's sigma,
+    :func:`noise_table`, seeded by ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
+    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record, alone_lat)
     df, batches = trace_frames(reqs, policy.name, raw)
     return Trace(policy.name, df, batches, raw.obs, raw.dec_batch)

@@ -14,6 +14,12 @@ between two table rows are linearly interpolated and the result is made non-decr
 uses must have batch 1 and a batch >= ``max_batch`` in the table, else one-line error.
 A table with a ``lanes`` column (the profile with ``serving.profile.lanes`` > 1) keeps the
 single-lane rows too; the simulator reads the rows timed with the most concurrent lanes.
+
+Service noise: the profile as served also records each variant's lognormal spread (``sigma``,
+keyed ``model/backend``); with ``serving.sigma_source: profile`` (the default)
+:func:`with_variant_sigma` hands it to the simulator, one sigma per variant, and variants
+without a measured one (a published or csv table, an older profile) keep
+``serving.service_sigma``; ``sigma_source: fixed`` uses ``service_sigma`` for every variant.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
+from dataclasses import replace
+
 from hybridsched.kinds.serving.settings import ServingSettings
 
 PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv",
@@ -40,8 +48,10 @@ def table_source(settings: ServingSettings) -> Path:
     return PUBLISHED.get(settings.latency_table, Path(settings.latency_table))
 
 
-def read_table(settings: ServingSettings) -> pd.DataFrame:
-    """The configured latency table as a DataFrame of :data:`COLUMNS` (and any extras)."""
+def read_table(settings: ServingSettings, lanes: int | None = None) -> pd.DataFrame:
+    """The configured latency table as a DataFrame of :data:`COLUMNS` (and any extras): of a
+    profile as served, the rows timed with the most concurrent lanes, or with ``lanes``
+    (1: the single-lane rows) where given."""
     path = table_source(settings)
     try:
         if path.suffix == ".json":
@@ -69,7 +79,7 @@ def read_table(settings: ServingSettings) -> pd.DataFrame:
     df = df.assign(latency_ms=lat.astype(float), batch=batch.astype(int))
     if "lanes" in df.columns:  # a profile as served: the simulator uses the rows of the most lanes
         most = df.groupby(["model", "backend", "precision"])["lanes"].transform("max")
-        df = df[df["lanes"] == most]
+        df = df[df["lanes"] == (most if lanes is None else lanes)]
     if settings.latency_table != "measured":
         check_not_decreasing(df, path)
     return df
@@ -124,7 +134,44 @@ def dense_latency(table: pd.DataFrame, settings: ServingSettings, needed: np.nda
     return out
 
 
-def load_latency(settings: ServingSettings, needed: np.ndarray | None = None) -> tuple[np.ndarray, pd.DataFrame]:
-    """(dense table in seconds, the long table) of the configured source."""
-    table = read_table(settings)
+def load_latency(settings: ServingSettings, needed: np.ndarray | None = None,
+                 lanes: int | None = None) -> tuple[np.ndarray, pd.DataFrame]:
+    """(dense table in seconds, the long table) of the configured source (``lanes``: as
+    :func:`read_table`)."""
+    table = read_table(settings, lanes)
     return dense_latency(table, settings, needed, str(table_source(settings))), table
+
+
+def measured_sigma(settings: ServingSettings) -> dict[str, float]:
+    """The per-variant sigma the profile as served recorded (``{"model/backend": sigma}``), or {}
+    where the table has none (a csv or published table, a profile without served rows)."""
+    path = table_source(settings)
+    if path.suffix != ".json":
+        return {}
+    try:
+        sig = json.loads(path.read_text()).get("sigma") or {}
+    except FileNotFoundError:
+        raise HybridschedError(f"serving.latency_table: {path} not found (run the profile stage)") from None
+    except (OSError, ValueError, AttributeError) as e:
+        raise HybridschedError(f"serving.latency_table: {path} is not a latency table ({type(e).__name__}: {e})") from None
+    bad = {k: v for k, v in sig.items() if not (isinstance(v, int | float) and np.isfinite(v) and v >= 0)}
+    if bad:
+        k = next(iter(bad))
+        raise HybridschedError(f"{path}: sigma of {k!r} is {bad[k]!r}; need a number >= 0")
+    return {str(k): float(v) for k, v in sig.items()}
+
+
+def with_variant_sigma(settings: ServingSettings) -> ServingSettings:
+    """``settings`` with one service-noise sigma per variant: the profile's measured ones with
+    ``sigma_source: profile`` (``service_sigma`` for a variant it did not measure); unchanged
+    with ``sigma_source: fixed`` or when the table measured none."""
+    if settings.sigma_source == "fixed":
+        return replace(settings, variant_sigma=())
+    sig = measured_sigma(settings)
+    if not sig:
+        return replace(settings, variant_sigma=())
+    out = []
+    for v in range(settings.n_variants):
+        m, b, p = settings.variant_names(v)
+        out.append(sig.get(f"{m}/{b}/{p}", sig.get(f"{m}/{b}", settings.service_sigma)))
+    return replace(settings, variant_sigma=tuple(out))

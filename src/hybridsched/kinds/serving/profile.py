@@ -7,9 +7,11 @@ random weights: timing does not depend on the weights and nothing is downloaded
 lane (``torch.set_num_threads``, ORT ``intra_op_num_threads``), ``warmup`` untimed runs, then
 ``repeats`` timed runs: the median and the inter-quartile spread are recorded.
 
-Large batches cost tens of seconds on a small CPU, so only ``measure_batches`` are timed and
-``fit_batches`` are extrapolated with a least-squares line ``latency = a + b * batch`` per
-(model, backend) through the measured points; those rows say ``fitted: true``.  Peak memory is
+Large batches cost tens of seconds on a small CPU, so ``measure_batches`` are always timed and
+each of ``fit_batches`` (ascending) only while its estimated cost (the line through the points
+measured so far, times the calls, single-lane and served) fits what is left of ``budget_s``
+per (model, backend); the rest are extrapolated with a least-squares line
+``latency = a + b * batch`` through the measured points and say ``fitted: true``.  Peak memory is
 the process's resident-set growth over the run (sampled every millisecond), fitted likewise.
 """
 
@@ -42,6 +44,7 @@ class ProfileSettings:
     repeats: int = 3
     threads: int = 1
     lanes: int = 1   # > 1: also time each batch with this many concurrent workers, as the real mode serves
+    budget_s: float = 0.0  # per (model, backend): fit_batches are measured too while their estimated cost fits
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSettings:
@@ -52,6 +55,8 @@ class ProfileSettings:
             raise HybridschedError(f"serving_profile.models: unknown model {bad[0]!r}; known: {sorted(BUILDERS)}")
         if not s.measure_batches or min(s.measure_batches) < 1 or s.repeats < 1 or s.warmup < 0:
             raise HybridschedError("serving_profile: need measure_batches >= 1, repeats >= 1, warmup >= 0")
+        if not float(s.budget_s) >= 0:
+            raise HybridschedError(f"serving.profile.budget_s: must be >= 0, got {s.budget_s}")
         if int(s.lanes) < 1:
             raise HybridschedError(f"serving.profile.lanes: must be >= 1, got {s.lanes}")
         if len(s.measure_batches) < 2 and s.fit_batches:
@@ -129,6 +134,7 @@ class Runner:
 
         torch.set_num_threads(threads)
         self.name, self.backend = name, backend
+        self._inputs: dict[int, np.ndarray] = {}
         self.model = build_model(name) if model is None else model
         if backend == "torch":
             self._run = self._torch
@@ -163,7 +169,9 @@ class Runner:
 
     def __call__(self, batch: int) -> float:
         """Run one batch of random images; seconds taken."""
-        x = np.random.default_rng(batch).standard_normal((batch, *IMAGE), dtype=np.float32)
+        x = self._inputs.get(batch)
+        if x is None:  # made once, outside the timing (a concurrent worker's generation would overlap it)
+            x = self._inputs[batch] = np.random.default_rng(batch).standard_normal((batch, *IMAGE), dtype=np.float32)
         t0 = time.perf_counter()
         self._run(x)
         return time.perf_counter() - t0
@@ -205,12 +213,27 @@ def profile_models(s: ProfileSettings) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     sigma: dict[str, float] = {}
     lanes = int(s.lanes)
+    calls = s.warmup + s.repeats
     with tempfile.TemporaryDirectory(prefix="serving_profile_") as work:
         for name in s.models:
             for backend in s.backends:
                 runner = Runner(name, backend, s.threads, work)
-                measured, served, logr = [], [], []
-                for b in sorted(s.measure_batches):
+                others = [Runner(name, backend, 1, work, model=runner.model) for _ in range(lanes - 1)]
+                measured: list[tuple[int, float, float]] = []
+                served: list[tuple[int, float, float]] = []
+                logr: list[np.ndarray] = []
+                t_var = time.perf_counter()
+                todo = sorted(set(s.measure_batches))
+                extra = [b for b in sorted(set(s.fit_batches)) if b > max(todo)]
+                while todo or extra:
+                    if todo:
+                        b = todo.pop(0)
+                    else:  # a fit batch: measured only if its estimated cost fits the budget left
+                        b = extra[0]
+                        est = calls * sum(_line(pts, b) for pts in (measured, served) if pts)
+                        if time.perf_counter() - t_var + est > float(s.budget_s):
+                            break
+                        extra.pop(0)
                     for _ in range(s.warmup):
                         runner(b)
                     with _PeakRSS() as mem:
@@ -221,7 +244,6 @@ def profile_models(s: ProfileSettings) -> dict[str, Any]:
                                  "latency_ms": med * 1e3, "spread_ms": (q3 - q1) * 1e3, "repeats": s.repeats,
                                  "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "measured", "lanes": 1})
                     if lanes > 1:
-                        others = [Runner(name, backend, 1, work, model=runner.model) for _ in range(lanes - 1)]
                         t = _served_times([runner, *others], b, s.warmup, s.repeats)
                         q1, med, q3 = np.quantile(t, [0.25, 0.5, 0.75])
                         served.append((b, med, mem.mb))
@@ -230,15 +252,26 @@ def profile_models(s: ProfileSettings) -> dict[str, Any]:
                                      "latency_ms": med * 1e3, "spread_ms": (q3 - q1) * 1e3, "repeats": s.repeats,
                                      "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "served",
                                      "lanes": lanes})
-                        del others
-                rows += [{**r, "lanes": 1} for r in _fit_rows(name, backend, measured, s.fit_batches)]
+                fit = tuple(x for x in s.fit_batches if x > max(m[0] for m in measured))
+                rows += [{**r, "lanes": 1} for r in _fit_rows(name, backend, measured, fit)]
                 if served:
-                    rows += [{**r, "lanes": lanes} for r in _fit_rows(name, backend, served, s.fit_batches)]
+                    rows += [{**r, "lanes": lanes} for r in _fit_rows(name, backend, served, fit)]
                     sigma[f"{name}/{backend}"] = float(np.std(np.concatenate(logr)))
-                del runner
+                del runner, others
     return {"table": rows, "threads": s.threads, "lanes": lanes, "sigma": sigma, "torch_version": torch.__version__,
             "cuda": bool(torch.cuda.is_available()), "elapsed_s": time.perf_counter() - start,
             "settings": {f.name: getattr(s, f.name) for f in fields(s)}}
+
+
+def _line(measured: list[tuple[int, float, float]], batch: int) -> float:
+    """Seconds at ``batch`` on the least-squares line through the measured (batch, seconds)
+    points (the last point's per-sample cost with one point)."""
+    b = np.array([m[0] for m in measured], float)
+    lat = np.array([m[1] for m in measured])
+    if len(b) < 2:
+        return float(lat[-1] / b[-1] * batch)
+    slope, icpt = np.polyfit(b, lat, 1)
+    return float(max(icpt + slope * batch, lat.max()))
 
 
 def _fit_rows(name: str, backend: str, measured: list[tuple[int, float, float]], batches: tuple[int, ...]) -> list[dict]:

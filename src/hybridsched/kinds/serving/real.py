@@ -225,21 +225,37 @@ def real_stream(workload: dict[str, Any], settings, real_cfg: dict[str, Any], ba
     return to_requests(df, settings, "serving.real stream")
 
 
+def _within(table: pd.DataFrame, prefix: str) -> tuple[int, int]:
+    """(figures within the target, figures): P50 and P95 of every policy and class with data."""
+    gaps = table[[f"{prefix}_p50_gap", f"{prefix}_p95_gap"]].to_numpy().ravel()
+    gaps = gaps[np.isfinite(gaps)]
+    return int((np.abs(gaps) <= TARGET_GAP).sum()), len(gaps)
+
+
 def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     """Run ``serving.real.policies`` for real and in the simulator on one stream; write
-    ``sim_vs_real.{csv,md}`` and the real traces (``real_<policy>.parquet``) into ``out_dir``."""
+    ``sim_vs_real.{csv,md}`` and the real traces (``real_<policy>.parquet``) into ``out_dir``.
+
+    Simulations of the same stream: ``sim`` (the table as served, i.e. the profile's rows timed
+    with ``lanes`` concurrent workers, and each variant's measured sigma: what the pipeline
+    simulates), ``alone`` (only for a profile as served: its single-lane rows with the fixed
+    ``serving.service_sigma``, the model before issue #24), ``dyn`` (the same profile with
+    contention as it happens: single-lane rows for a batch that starts while the other lanes
+    are idle, served rows otherwise) and ``cal`` (calibrated on this run)."""
+    import os
     from dataclasses import replace
 
     from hybridsched.io import write_frame, write_text
-    from hybridsched.kinds.serving.latency import load_latency, table_source
+    from hybridsched.kinds.serving.latency import (dense_latency, load_latency, read_table, table_source,
+                                                   with_variant_sigma)
     from hybridsched.kinds.serving.metrics import check_trace
     from hybridsched.kinds.serving.predictor import pred_table
     from hybridsched.kinds.serving.settings import settings_of
 
     rc = dict(run.cfg["serving"].get("real") or {})
     s = settings_of(run)
-    s = replace(s, lanes=int(rc.get("lanes", s.lanes)))
-    lat, _ = load_latency(s)
+    s = with_variant_sigma(replace(s, lanes=int(rc.get("lanes", s.lanes))))
+    lat, long_table = load_latency(s)
     pred, pred_source = pred_table(run, s, lat)
     reqs = real_stream(run.cfg["workload"], s, rc, lat[:, 1])
     E.check_inputs(reqs, s, lat, pred)
@@ -248,21 +264,33 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     unknown = [p for p in names if p not in policies]
     if unknown:
         raise HybridschedError(f"serving.real.policies: {unknown[0]!r} is not among sim.policies.serving {list(policies)}")
-    real = {}
+    served_lanes = int(long_table["lanes"].max()) if "lanes" in long_table else 1
+    alone = None
+    if served_lanes > 1:  # the same profile's single-lane rows: the simulator before issue #24
+        single = read_table(s, lanes=1)
+        if len(single):
+            alone = dense_latency(single, s, np.unique(reqs.variant), f"{table_source(s)} (lanes 1)")
+    src = table_source(s)
+    profile_age = time.time() - src.stat().st_mtime if src.exists() else float("nan")
+    real, loadavg = {}, [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="serving_real_") as work:
         lanes = Lanes(s, np.unique(reqs.variant), s.lanes, work)
         try:
             lanes.warm_up()
             for name in names:
                 real[name] = serve(reqs, s, policies[name], pred, lanes)
+                loadavg.append(os.getloadavg()[0])
         finally:
             lanes.close()
     cal_lat, sigma, factors = calibrated_table(lat, [t.batches for t in real.values()], s)
     seed = int(run.cfg.get("sim", {}).get("seed", 0))
-    sims: dict[str, dict[str, pd.DataFrame]] = {"sim": {}, "cal": {}}
+    fixed = replace(s, variant_sigma=())
+    runs = [("sim", lat, s, None), *([("alone", alone, fixed, None), ("dyn", lat, s, alone)] if alone is not None else []),
+            ("cal", cal_lat, replace(fixed, service_sigma=sigma), None)]
+    sims: dict[str, dict[str, pd.DataFrame]] = {prefix: {} for prefix, *_ in runs}
     for name in names:
-        for prefix, table_, s_ in (("sim", lat, s), ("cal", cal_lat, replace(s, service_sigma=sigma))):
-            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed)
+        for prefix, table_, s_, alone_ in runs:
+            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed, alone_lat=alone_)
             sims[prefix][name] = tr.requests
             for what, t in (("real", real[name]), (f"simulated ({prefix})", tr)):
                 problems = check_trace(t.requests, t.batches, s)
@@ -271,13 +299,27 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     table = compare_traces({k: t.requests for k, t in real.items()}, sims, s.classes)
     out_dir = Path(out_dir)
     write_frame(out_dir / "sim_vs_real.csv", table.round(4))
-    head = (f"Real vs simulated serving: {len(reqs)} requests at {float(rc.get('rate', 2.0))} req/s for "
-            f"{float(rc.get('duration_s', 30.0))} s, {s.lanes} lanes, scheduler's model: {pred_source}. "
-            f"`sim`: the simulator with the latency table {s.latency_table!r} ({table_source(s)}); `cal`: the same "
-            f"table scaled per variant by the median measured/table service ratio of this run {factors}, "
-            f"service noise sigma {sigma:.3f} (measured around those; configured {s.service_sigma}). "
+    used = np.unique(reqs.variant)
+    sig = {"/".join(s.variant_names(int(v))[:2]): round(float(s.sigmas()[v]), 3) for v in used}
+    ratio = {k: round(v, 3) for k, v in factors.items()}
+    rate, dur = float(rc.get("rate", 2.0)), float(rc.get("duration_s", 30.0))
+    head = (f"Real vs simulated serving: {len(reqs)} requests at {rate} req/s for {dur} s per policy, "
+            f"{s.lanes} lanes, scheduler's model: {pred_source}. Latency table {s.latency_table!r} ({src}, "
+            f"written {profile_age:.0f} s before the real runs began; rows timed with {served_lanes} concurrent "
+            f"lane(s)). Load average (1 min) at the start and after each policy: "
+            f"{', '.join(f'{x:.2f}' for x in loadavg)}.\n\n"
+            f"* `sim`: the simulator with that table and per-variant service sigma {sig} "
+            f"(sigma_source {s.sigma_source!r}{'' if s.variant_sigma else ', none measured: service_sigma'}).\n"
+            + (f"* `alone`: the same profile's single-lane rows with one sigma {s.service_sigma} (before issue #24).\n"
+               f"* `dyn`: contention as it happens: a batch that starts while the other lanes are idle takes the "
+               f"single-lane time, else the served one; the per-variant sigma of `sim`.\n"
+               if alone is not None else "")
+            + f"* `cal`: the `sim` table scaled per variant by the median measured/table service ratio of this run "
+            f"{ratio}, one sigma {sigma:.3f} measured around those.\n\n"
             f"gap = (sim - real) / real, target |gap| <= {TARGET_GAP:.0%}.\n\n")
-    write_text(out_dir / "sim_vs_real.md", head + table.round(3).to_markdown(index=False) + "\n")
+    foot = "\n" + "\n".join(f"* `{prefix}`: {a} of {b} P50/P95 figures within {TARGET_GAP:.0%}"
+                              for prefix in sims for a, b in [_within(table, prefix)]) + "\n"
+    write_text(out_dir / "sim_vs_real.md", head + table.round(3).to_markdown(index=False) + "\n" + foot)
     for name, tr in real.items():
         write_frame(out_dir / f"real_{name}.parquet", tr.requests)
     return table

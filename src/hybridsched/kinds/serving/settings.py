@@ -40,7 +40,13 @@ class ServingSettings:
     max_batch: int = 128
     latency_table: str = "measured"  # measured | clockwork_v100 | a csv path
     profile_path: str = "data/cluster_profile.json"
-    service_sigma: float = 0.05  # lognormal sigma of actual / table service time
+    service_sigma: float = 0.05  # lognormal sigma of actual / table service time (``sigma_source`` fixed, or no measured one)
+    # profile: each variant's sigma measured by the profile as served (latency.with_variant_sigma);
+    # fixed: ``service_sigma`` for every variant
+    sigma_source: str = "profile"
+    # per variant index, filled from the profile by latency.with_variant_sigma (not a config key);
+    # empty: ``service_sigma`` for every variant
+    variant_sigma: tuple[float, ...] = ()
     busy_w: float = 30.0  # per lane, serving a batch (the `cluster` group's CPU numbers by default)
     idle_w: float = 10.0  # per lane, idle
     price_per_kwh: float = 0.15
@@ -59,6 +65,10 @@ class ServingSettings:
         for m, c in self.models.items():
             if not float(c) > 0:
                 raise HybridschedError(f"serving.models.{m}: token cost must be > 0, got {float(c)}")
+        if self.sigma_source not in ("profile", "fixed"):
+            raise HybridschedError(f"serving.sigma_source: {self.sigma_source!r} is not one of ['fixed', 'profile']")
+        if self.variant_sigma and (len(self.variant_sigma) != self.n_variants or min(self.variant_sigma) < 0):
+            raise HybridschedError(f"serving variant_sigma: need {self.n_variants} values >= 0, got {self.variant_sigma}")
         unknown = [p for p in self.precisions if p not in ("fp32", "fp16")]
         if unknown:
             raise HybridschedError(f"serving.precisions: unknown precision {unknown[0]!r}; known: ['fp16', 'fp32']")
@@ -73,7 +83,7 @@ class ServingSettings:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServingSettings:
         """From the ``serving`` config block; an unknown key is an error naming it."""
-        check_known_keys(d, {f.name for f in fields(cls)}, "serving")
+        check_known_keys(d, {f.name for f in fields(cls)} - {"variant_sigma"}, "serving")
         kw = {k: (tuple(v) if k in ("backends", "precisions", "classes") else v) for k, v in d.items()}
         if "models" in kw:
             kw["models"] = {str(k): float(v) for k, v in kw["models"].items()}
@@ -106,6 +116,12 @@ class ServingSettings:
         b = (v // len(self.precisions)) % len(self.backends)
         m = v // (len(self.precisions) * len(self.backends))
         return self.model_names[m], self.backends[b], self.precisions[p]
+
+    def sigmas(self) -> np.ndarray:
+        """The lognormal service-noise sigma of every variant (``variant_sigma`` where set)."""
+        if self.variant_sigma:
+            return np.asarray(self.variant_sigma, float)
+        return np.full(self.n_variants, float(self.service_sigma))
 
     def group(self, variant: np.ndarray, cls: np.ndarray) -> np.ndarray:
         """Group index (compatible requests) of a variant and an SLO class index."""

@@ -33,6 +33,16 @@ def _tables(run: Run, s: ServingSettings) -> tuple[np.ndarray, pd.DataFrame]:
     return load_latency(s)
 
 
+def _served(run: Run) -> tuple[ServingSettings, np.ndarray, pd.DataFrame]:
+    """(settings with the per-variant service sigma of the profile as served, dense table, long
+    table): what every stage that simulates runs with (latency.with_variant_sigma)."""
+    from hybridsched.kinds.serving.latency import with_variant_sigma
+
+    s = settings_of(run)
+    lat, table = _tables(run, s)
+    return with_variant_sigma(s), lat, table
+
+
 def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
     """A split's requests, checked against the settings and the latency table; generated in
     memory under a multirun (the sweep may change the workload)."""
@@ -179,9 +189,8 @@ def train_dqn(run: Run) -> dict[str, Any]:
     """The learned dispatcher, trained on the training stream."""
     from hybridsched.kinds.serving import dqn
 
-    s = settings_of(run)
     cfg = _block(run, "dqn")
-    lat, table = _tables(run, s)
+    s, lat, table = _served(run)
     reqs = _requests(run, s, "train", lat)
     pred, _ = _pred_table(run, s, lat, table)
     result = dqn.train(reqs, s, lat, pred, cfg)
@@ -207,10 +216,9 @@ def train_cem(run: Run) -> dict[str, Any]:
     from hybridsched.kinds.serving import cem as C
     from hybridsched.rl.cem import CEMSettings
 
-    s = settings_of(run)
     cem_cfg = run.cfg["cem"]
     search, cs = CEMSettings.from_dict(cem_cfg), C.ServingCEMSettings.from_dict(cem_cfg.get("serving"))
-    lat, _ = _tables(run, s)
+    s, lat, _ = _served(run)
     pred, pred_source = _pred_table(run, s, lat)
     w = dict(run.cfg["workload"])
     result, selection = C.train_scorer(w, s, lat, pred, search, cs)
@@ -247,9 +255,8 @@ def tune(run: Run) -> dict[str, Any]:
     from hybridsched.kinds.serving.tuning import run_study
     from hybridsched.plots import save_axes
 
-    s = settings_of(run)
     cfg = _block(run, "tune")
-    lat, table = _tables(run, s)
+    s, lat, table = _served(run)
     pred, _ = _pred_table(run, s, lat, table)
     train = _requests(run, s, "train", lat).frame
     res = run_study(train, s, lat, pred, run.cfg["policies"]["serving"]["dynamic"], cfg)
@@ -282,8 +289,7 @@ def simulate(run: Run) -> pd.DataFrame:
     from hybridsched.kinds.serving.metrics import check_trace, summarize
     from hybridsched.kinds.serving.workload import generate_stream, offered_rate, to_requests
 
-    s = settings_of(run)
-    lat, _ = _tables(run, s)
+    s, lat, _ = _served(run)
     reqs = _requests(run, s, "test", lat)
     pred, pred_source = _pred_table(run, s, lat)
     policies = run.build_policies()
@@ -299,7 +305,10 @@ def simulate(run: Run) -> pd.DataFrame:
             write_frame(tmp / f"{name}.batches.parquet", tr.batches)
             rows[name] = summarize(tr.requests, tr.batches, s)
         bound = slo_bound(reqs, s, lat, noise=service_noise(s, len(reqs), seed))  # min of both bounds
-        write_json(tmp / "bound.json", {**bound, "latency_table": s.latency_table, "predictor": pred_source})
+        sigma = {"/".join(s.variant_names(v)): round(float(x), 4) for v, x in enumerate(s.sigmas())}
+        write_json(tmp / "bound.json", {**bound, "latency_table": s.latency_table, "predictor": pred_source,
+                                        "sigma_source": s.sigma_source if s.variant_sigma else "fixed",
+                                        "service_sigma": sigma})
         sweep = []
         w = {**run.cfg["workload"], **(run.cfg["workload"].get("test") or {})}
         for factor in run.cfg["serving"].get("load_sweep") or []:
