@@ -122,3 +122,31 @@ def test_bad_backfill_and_weights_are_one_line():
         simulate_queue(None, None, None, ORDERS["fifo"](), "sometimes")  # type: ignore[arg-type]
     with pytest.raises(HybridschedError, match="unknown feature"):
         LearnedOrder({"agin": 1.0})
+
+
+def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
+    """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
+    model, two generations of four; the outputs of two runs are byte-identical."""
+    from benchmarks.cluster_queue import main
+    from hybridsched.kinds import get_kind
+    from tests.cluster.test_cem import TINY
+    from tests.cluster.test_stages_e2e import DATA
+    from tests.runs import compose_run, outputs_in
+
+    ov = ["workload=alibaba_gpu_2023", f"workload.path={DATA / 'pods.csv'}", f"workload.nodes.path={DATA / 'nodes.csv'}",
+          "workload.nodes.sample=null", "workload.time_compression=1.0", f"nodes.gavel_path={DATA / 'gavel.json'}",
+          *outputs_in(tmp_path), *TINY]
+    run = compose_run(*ov)
+    kind = get_kind(run.kind)
+    kind.generate(run)
+    kind.train_cem(run)
+    outs = []
+    for d in ("a", "b"):
+        main(["--out", str(tmp_path / d), "--rates", "1", "2", "--generations", "2", "--population", "4",
+              "--windows", "1", "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "1", "--", *ov])
+        outs.append([(tmp_path / d / f).read_bytes() for f in ("cluster_queue.csv", "learned_order.json",
+                                                                "cluster_queue.png")])
+    assert outs[0] == outs[1]
+    df = pd.read_csv(tmp_path / "a" / "cluster_queue.csv")
+    assert set(df["policy"]) >= {"eft", "cem", "learned", "fifo+easy"} and (df["mean_jct"] >= df["bound"] - 1e-6).all()
+    assert np.allclose(df.loc[df.policy == "eft", "vs_eft"], 1.0)
