@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-pods-window", type=int, default=1600)
     ap.add_argument("--eval-windows", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--node", choices=["cem", "eft"], default="cem", help="the learned row's node policy")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
     run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
@@ -85,17 +86,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.weights is not None:
         doc = json.loads(args.weights.read_text())
         weights = doc["weights"]
+        args.node = doc.get("node_policy", args.node)
     else:
         s = QueueTrainSettings(windows=args.windows, min_pods=args.min_pods, max_pods=args.max_pods_window,
                                eval_windows=args.eval_windows)
         cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
-        _, history, metrics = train_order(train, cluster, _policy(run, "cem", train), cem, s,
+        _, history, metrics = train_order(train, cluster, _policy(run, args.node, train), cem, s,
                                           log=lambda m: print(m, flush=True))
         weights = metrics["weights"]
         # wall times are left out: the file is identical on rerun
         metrics.pop("wall_s", None)
         history = [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
-        doc = {"node_policy": "cem", "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
+        doc = {"node_policy": args.node, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
         (args.out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print("learned order:", weights, flush=True)
 
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         bound = lower_bound(inp, cluster).mean_latency
         for name in args.rows:
             node, order, backfill = ROWS[name]
+            node = args.node if name == "learned" else node
             pol = _policy(run, node, train)
             if order == "default":
                 tr = simulate(inp, cluster, pol)
