@@ -1,0 +1,168 @@
+"""Issue 22, cluster part: the queue mode (kinds/cluster/queue_engine.py) against eft and cem on the
+test split at several loads, with a learned queue order trained on a load mixture of training
+windows (kinds/cluster/queue_train.py).
+
+Run (after generate and train_cem of `workload=alibaba_gpu_2023`):
+
+    python -m benchmarks.cluster_queue --out /tmp/cluster_queue --rates 0.75 1 1.25 1.5 \
+        -- workload=alibaba_gpu_2023 [paths.workload_dir=... cem.model_dir=...]
+
+The arguments after ``--`` are Hydra overrides of conf/ (as for the stages).  Load ``x`` = the
+test split with its arrivals divided by ``x`` (as benchmarks/cluster_quality.py).  Writes under
+``--out`` (never into metrics/): ``cluster_queue.csv`` / ``.md`` (one row per load and policy),
+``cluster_queue.png`` (mean JCT against load), ``learned_order.json`` (the weights and the
+training record).  ``--weights FILE`` evaluates a saved ``learned_order.json`` instead of
+training.  Nothing is timed; every number is seeded and identical on rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.cluster_quality import _run
+
+# name -> (node policy, queue order, backfilling); "default" = the default engine (static key, greedy)
+ROWS = {
+    "eft": ("eft", "default", "greedy"),
+    "cem": ("cem", "default", "greedy"),
+    "fifo+easy": ("eft", "fifo", "easy"),
+    "sjf+easy": ("eft", "sjf", "easy"),
+    "smallest+easy": ("eft", "smallest", "easy"),
+    "smallest": ("eft", "smallest", "greedy"),
+    "slowdown": ("eft", "slowdown", "greedy"),
+    "cem_node+sjf": ("cem", "sjf", "greedy"),
+    "learned": ("cem", "learned", "greedy"),
+}
+
+
+def _policy(run, name: str, train):
+    from hybridsched.kinds.base import instantiate
+
+    pol = instantiate(run.policy_specs()[name])
+    pol.name = name
+    pol.fit(train)
+    return pol
+
+
+def main(argv: list[str] | None = None) -> None:
+    from hybridsched.kinds.cluster import workload as W
+    from hybridsched.kinds.cluster.bounds import lower_bound
+    from hybridsched.kinds.cluster.engine import simulate
+    from hybridsched.kinds.cluster.nodes import run_inputs
+    from hybridsched.kinds.cluster.queue_engine import simulate_queue
+    from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
+    from hybridsched.kinds.cluster.queue_train import QueueTrainSettings, train_order
+    from hybridsched.rl.cem import CEMSettings
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/cluster_queue"))
+    ap.add_argument("--rates", type=float, nargs="+", default=[0.75, 1.0, 1.25, 1.5])
+    ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    ap.add_argument("--max-pods", type=int, default=None, help="only the first N test pods (tests)")
+    ap.add_argument("--weights", type=Path, default=None, help="a learned_order.json to evaluate instead of training")
+    ap.add_argument("--generations", type=int, default=8)
+    ap.add_argument("--population", type=int, default=10)
+    ap.add_argument("--windows", type=int, default=3)
+    ap.add_argument("--min-pods", type=int, default=800)
+    ap.add_argument("--max-pods-window", type=int, default=1600)
+    ap.add_argument("--eval-windows", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--node", choices=["cem", "eft"], default="cem", help="the learned row's node policy")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
+    args = ap.parse_args(argv)
+    run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
+    wd = run.workload_dir
+    train, test, nodes = W.read_split(wd, "train"), W.read_split(wd, "test"), W.read_nodes(wd)
+    if args.max_pods:
+        test = test.subset(np.arange(min(args.max_pods, len(test))))
+    cluster = W.build_cluster(nodes, run.cfg["nodes"], run.cfg["cluster"])
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    if args.weights is not None:
+        doc = json.loads(args.weights.read_text())
+        weights = doc["weights"]
+        args.node = doc.get("node_policy", args.node)
+    else:
+        s = QueueTrainSettings(windows=args.windows, min_pods=args.min_pods, max_pods=args.max_pods_window,
+                               eval_windows=args.eval_windows)
+        cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
+        _, history, metrics = train_order(train, cluster, _policy(run, args.node, train), cem, s,
+                                          log=lambda m: print(m, flush=True))
+        weights = metrics["weights"]
+        # wall times are left out: the file is identical on rerun
+        metrics.pop("wall_s", None)
+        history = [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
+        doc = {"node_policy": args.node, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
+        (args.out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    print("learned order:", weights, flush=True)
+
+    rows = []
+    for rate in args.rates:
+        pods = test.subset(np.arange(len(test)))
+        pods.arrival = pods.arrival / rate
+        inp = run_inputs(pods, cluster)
+        bound = lower_bound(inp, cluster).mean_latency
+        for name in args.rows:
+            node, order, backfill = ROWS[name]
+            node = args.node if name == "learned" else node
+            pol = _policy(run, node, train)
+            if order == "default":
+                tr = simulate(inp, cluster, pol)
+            else:
+                q = LearnedOrder({f: weights[f] for f in FEATURES}) if order == "learned" else ORDERS[order]()
+                tr = simulate_queue(inp, cluster, pol, q, backfill).trace
+            jct, wait = tr.end - inp.arrival, tr.start - inp.arrival
+            rows.append({"load": rate, "policy": name, "node": node, "order": order, "backfill": backfill,
+                         "mean_jct": float(jct.mean()), "p95_jct": float(np.quantile(jct, 0.95)),
+                         "mean_wait": float(wait.mean()), "waited": float((wait > 0).mean()), "bound": bound})
+            print(f"load {rate}: {name} mean JCT {jct.mean():.0f} s", flush=True)
+    df = pd.DataFrame(rows)
+    eft = df[df.policy == "eft"].set_index("load")["mean_jct"] if "eft" in args.rows else None
+    df["vs_eft"] = df["mean_jct"] / df["load"].map(eft) if eft is not None else np.nan
+    df.to_csv(args.out / "cluster_queue.csv", index=False)
+    show = df.copy()
+    for c in ("mean_jct", "p95_jct", "mean_wait", "bound"):
+        show[c] = show[c].round(0)
+    for c in ("waited", "vs_eft"):
+        show[c] = show[c].round(3)
+    (args.out / "cluster_queue.md").write_text(show.to_markdown(index=False) + "\n")
+    wide = show.pivot_table(index="policy", columns="load", values="vs_eft", sort=False)
+    (args.out / "cluster_queue_vs_eft.md").write_text(wide.to_markdown() + "\n")
+    plot(df, args.out / "cluster_queue.png")
+    print(wide.to_string())
+    print(f"saved {args.out / 'cluster_queue.md'} and cluster_queue.png")
+
+
+def plot(df: pd.DataFrame, path: Path) -> None:
+    """Mean JCT and mean JCT / eft's against the load, one line per policy."""
+    from hybridsched.plots import _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for name, g in df.sort_values("load").groupby("policy", sort=False):
+        style = {"lw": 2.5} if name in ("eft", "cem", "learned") else {"lw": 1, "alpha": 0.8}
+        axes[0].plot(g["load"], g["mean_jct"], marker="o", label=name, **style)
+        axes[1].plot(g["load"], g["vs_eft"], marker="o", label=name, **style)
+    b = df.groupby("load")["bound"].first()
+    axes[0].plot(b.index, b.values, "k--", label="lower bound")
+    axes[0].set_ylabel("mean JCT (s)")
+    axes[0].set_yscale("log")
+    axes[1].axhline(1.0, color="k", lw=0.8)
+    axes[1].set_ylabel("mean JCT / eft's")
+    for ax in axes:
+        ax.set_xlabel("load (x the test split's arrival rate)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("Cluster kind (Alibaba GPU trace, test split): queue mode against load")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

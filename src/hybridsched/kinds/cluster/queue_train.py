@@ -1,0 +1,137 @@
+"""Training the queue mode's learned order (``queue_order.LearnedOrder``) by the cross-entropy
+method (``rl/cem.py``) on a *load mixture* of windows of the training split.
+
+A scenario is a window of consecutive training pods (random length and start), shifted to
+start at 0, with its arrivals divided by ``base_rate x load``, ``load ~ U(min_load, max_load)``.
+``base_rate`` is the rate factor at which the training windows queue about as much as the test
+split does under eft (``cem.cluster``'s range 1.5-3 was chosen that way, docs/notes/quality.md:
+22-38 % of the pods waited, against 26 % on the test split); the default 2.25 is its middle, so
+``load`` 0.75-1.5 is meant as the same range of loads as the test split's x0.75-x1.5 (a
+calibration on the training split only: the test split is never read).
+
+Every generation draws fresh scenarios (seeded by ``seed`` and the generation) and scores the
+whole population on them (common random numbers).  Cost = mean over the scenarios of the
+member's mean JCT / ``eft``'s mean JCT (the default engine), so 1.0 is eft at every load and a
+light window weighs as much as a heavy one.  As in ``cem_train.py``, the generations' means
+(generation 0 = all-zero weights = shortest-first with the given node policy) are scored on one
+fixed set of fresh training scenarios to pick the result, which is then reported on a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from hybridsched.errors import HybridschedError
+from hybridsched.kinds.cluster.engine import simulate
+from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, run_inputs
+from hybridsched.kinds.cluster.policies import EarliestFinishTime
+from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
+from hybridsched.kinds.cluster.queue_order import FEATURES, LearnedOrder
+from hybridsched.kinds.cluster.trace import PodTable
+from hybridsched.rl.cem import CEMSettings, train
+
+SELECT_SEED = 1_000_003  # the selection and check scenarios: seeds no generation uses
+
+
+@dataclass(frozen=True)
+class QueueTrainSettings:
+    """What the learned queue order trains on."""
+
+    windows: int = 3            # scenarios per generation
+    min_pods: int = 800         # window length range (pods)
+    max_pods: int = 1600
+    base_rate: float = 2.25     # rate factor of load 1 on the training split (module docstring)
+    min_load: float = 0.75      # the load mixture
+    max_load: float = 1.5
+    eval_windows: int = 4       # selection scenarios, and as many check scenarios
+    backfill: str = "greedy"    # the queue mode's backfilling rule while training
+
+    def __post_init__(self) -> None:
+        bad = [(k, v) for k, v, ok in (
+            ("windows", self.windows, self.windows >= 1), ("min_pods", self.min_pods, self.min_pods >= 2),
+            ("max_pods", self.max_pods, self.max_pods >= self.min_pods), ("base_rate", self.base_rate, self.base_rate > 0),
+            ("min_load", self.min_load, self.min_load > 0), ("max_load", self.max_load, self.max_load >= self.min_load),
+            ("eval_windows", self.eval_windows, self.eval_windows >= 0),
+            ("backfill", self.backfill, self.backfill in BACKFILL)) if not ok]
+        if bad:
+            k, v = bad[0]
+            raise HybridschedError(f"queue training: {k} = {v!r} is out of range")
+
+
+@dataclass
+class Scenario:
+    """One training window: run inputs, its load, and eft's mean JCT on it."""
+
+    inp: RunInputs
+    eft_jct: float
+    start: int
+    pods: int
+    load: float
+
+
+def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
+                   n: int, seed: int) -> list[Scenario]:
+    """``n`` seeded windows of the training split, each at a load drawn from the mixture."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        size = int(rng.integers(min(s.min_pods, len(train_pods)), min(s.max_pods, len(train_pods)) + 1))
+        start = int(rng.integers(0, len(train_pods) - size + 1))
+        load = float(rng.uniform(s.min_load, s.max_load))
+        pods = train_pods.subset(np.arange(start, start + size))
+        pods.arrival = (pods.arrival - pods.arrival[0]) / (s.base_rate * load)
+        inp = run_inputs(pods, cluster)
+        tr = simulate(inp, cluster, eft)
+        out.append(Scenario(inp, float(np.mean(tr.end - inp.arrival)), start, size, load))
+    return out
+
+
+def queue_cost(theta: np.ndarray, scenarios: list[Scenario], cluster: NodeCluster, node_policy,
+               backfill: str) -> float:
+    """Mean over the scenarios of mean JCT (queue mode, learned order ``theta``) / eft's."""
+    order = LearnedOrder()
+    order.set_weights(theta)
+    costs = []
+    for sc in scenarios:
+        tr = simulate_queue(sc.inp, cluster, node_policy, order, backfill).trace
+        costs.append(float(np.mean(tr.end - sc.inp.arrival)) / sc.eft_jct)
+    return float(np.mean(costs))
+
+
+def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CEMSettings, s: QueueTrainSettings,
+                log: Callable[[str], None] | None = None) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
+    """CEM from the all-zero weights: ``(theta, history, metrics)``.  ``node_policy`` is fitted
+    already (eft, or cem's node scorer) and keeps its node choice; only the order is learned."""
+    eft = EarliestFinishTime()
+    eft.fit(train_pods)
+    means: list[np.ndarray] = []
+
+    def objective(thetas: np.ndarray, generation: int) -> np.ndarray:
+        means.append(thetas[0].copy())
+        scen = draw_scenarios(train_pods, cluster, eft, s, s.windows, cem.seed * 7919 + generation)
+        costs = np.array([queue_cost(th, scen, cluster, node_policy, s.backfill) for th in thetas])
+        if log:
+            log(f"generation {generation}: best {costs.min():.4f}, mean member {costs.mean():.4f}")
+        return costs
+
+    result = train(objective, np.zeros(len(FEATURES)), cem)
+    candidates = [*means, result.theta]
+    metrics: dict[str, Any] = {"settings": {**cem.to_dict(), **asdict(s)}, "wall_s": result.wall_s,
+                               "first_mean_cost": result.history[0]["mean_cost"],
+                               "last_mean_cost": result.history[-1]["mean_cost"]}
+    theta = candidates[-1]
+    if s.eval_windows:
+        select = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + SELECT_SEED)
+        costs = [queue_cost(th, select, cluster, node_policy, s.backfill) for th in candidates]
+        pick = int(np.argmin(costs))
+        theta = candidates[pick]
+        check = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + 2 * SELECT_SEED)
+        metrics.update({"selected_generation": pick, "selection_cost": costs[pick],
+                        "selection_cost_zero_weights": costs[0],
+                        "check_cost": queue_cost(theta, check, cluster, node_policy, s.backfill)})
+    metrics["weights"] = {f: round(float(v), 6) for f, v in zip(FEATURES, theta, strict=True)}
+    return np.array([metrics["weights"][f] for f in FEATURES]), result.history, metrics
