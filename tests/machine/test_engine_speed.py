@@ -73,3 +73,31 @@ def test_incremental_ridge_schedule_stays_within_the_tolerance_of_the_full_refit
     assert same.mean() >= 0.999
     la, lb = (a.end - a.arrival).mean(), (b.end - b.arrival).mean()
     assert abs(lb - la) <= 1e-3 * la
+
+
+def test_a_kernel_that_allocates_runs_in_the_reference_counting_loop():
+    """The engine's fast loop has no reference counting; a policy kernel that allocates runs in
+    the counting compilation of the same loop instead, with the Python reference's schedule."""
+    from numba import njit
+
+    from hybridsched.kinds.machine.policies.base import Policy
+    from hybridsched.kinds.machine.sim import simulate
+
+    @njit
+    def _allocating(i, t, est, true_free, X, pdata, params):
+        w = np.zeros(est.shape[0])  # an array per decision
+        w[:] = est
+        return int(np.argmin(w[1:])), 0.5
+
+    class Allocating(Policy):
+        name = "allocating"
+        kernel = _allocating
+
+    cluster = Cluster()
+    rng = np.random.default_rng(2)
+    tasks = generate(WorkloadSpec(rate=6.0, dag_job_size=8), 500, rng)
+    real = cluster.sample_noise(len(tasks), rng)
+    a = simulate(tasks, cluster, Allocating(), real)
+    b = simulate(tasks, cluster, Allocating(), real, compiled=False)
+    assert a.to_frame().equals(b.to_frame())
+    assert simulate(tasks, cluster, Allocating(), real).to_frame().equals(a.to_frame())  # the remembered way

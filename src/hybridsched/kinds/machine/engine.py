@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+from numba.core.errors import NumbaError
 
 from hybridsched.devices import Cluster, Realization
 from hybridsched.heap import heap_pop, heap_push
@@ -221,6 +222,8 @@ def _loop(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, 
 # so it needs none.  `_run_learning` keeps reference counting for the learner's batch arrays.
 _run = njit(nogil=True, _nrt=False)(_loop)
 _run_learning = njit(nogil=True)(_loop)
+# kernels that allocate (they do not compile into `_run`) -> a fresh dispatcher of each, for `_run_learning`
+_COUNTING: dict = {}
 
 
 class Session:
@@ -253,6 +256,8 @@ class Session:
         self._inline = bool(inline_learning and use_compiled and learn is not None and self._every)
         self._learn = learn if self._inline else None
         self._loop = (_run_learning if self._inline else _run) if use_compiled else _loop
+        if self._loop is _run and self._decide in _COUNTING:  # a kernel that allocates (see step)
+            self._decide, self._loop = _COUNTING[self._decide], _run_learning
         if tasks.has_deps:
             n_parents = np.diff(tasks.parent_ptr)
             self._root_order = np.flatnonzero(n_parents == 0).astype(np.int64)  # rows are sorted by arrival
@@ -287,12 +292,25 @@ class Session:
             return True
         out, every = self.out, self._every
         pdata, params = self.policy.kernel_data()
-        self.finished = bool(self._loop(
-            self._decide, self.X, pdata, params, self.tasks.arrival, self.realization.cpu_factor,
-            self.realization.gpu_factor, self.cluster.launch_s, self.cluster.cpu_busy_w, self.cluster.gpu_busy_w,
-            self._root_order, self._child_ptr, self._child_idx, self._pending, self.est, self.true_free, self.ready,
-            self.state, *self._heaps, self._obs, every, self._learn,
-            self.policy.learn_data() if self._inline else (), *out.values()))
+        args = (self._decide, self.X, pdata, params, self.tasks.arrival, self.realization.cpu_factor,
+                self.realization.gpu_factor, self.cluster.launch_s, self.cluster.cpu_busy_w, self.cluster.gpu_busy_w,
+                self._root_order, self._child_ptr, self._child_idx, self._pending, self.est, self.true_free, self.ready,
+                self.state, *self._heaps, self._obs, every, self._learn,
+                self.policy.learn_data() if self._inline else (), *out.values())
+        try:
+            self.finished = bool(self._loop(*args))
+        except NumbaError:
+            # a kernel that allocates cannot be compiled into the loop without reference counting:
+            # run it in the counting one (same loop, same results; compiling fails before the loop
+            # has changed any state; a kernel broken otherwise fails there again, with its error)
+            if self._loop is not _run:
+                raise
+            # numba keeps the failed compilation with the kernel's dispatcher: a fresh one,
+            # remembered so that the next session of this kernel goes there directly
+            _COUNTING[self._decide] = njit(self._decide.py_func)
+            self._decide = _COUNTING[self._decide]
+            self._loop = _run_learning
+            self.finished = bool(self._loop(self._decide, *args[1:]))
         self.last_observed = self._obs[:0]
         if every and self.state[_OBS_N] > 0:
             k = int(self.state[_OBS_N])
