@@ -5,8 +5,8 @@ Run: `python -m benchmarks.bench_hybrid_ml [--tasks 100000] [--forest-tasks 1000
 [--smoke] [OVERRIDE ...]`.  Settings (``rf``, ``policies.machine.hybrid_ml``) are conf/ composed by Hydra.
 Without --model-dir, models are trained here with the ``rf`` settings on 3,000
 tasks of the default workload (a few seconds).  Target (issue 15, 2 cores): the online ridge
-variant (the shipped default) >= 500,000 tasks/s at 10^5 tasks; static and the forest
-correction are shown for context.
+variant (the shipped default: ``ridge_update: incremental``) >= 500,000 tasks/s at 10^5 tasks;
+static, the full ridge refit (``ridge_update: refit``) and the forest correction are shown for context.
 Each timing is one whole ``simulate`` call: features, one batched predict, the compiled
 event loop and (online) every residual refit and re-prediction.
 """
@@ -41,20 +41,22 @@ def _variants(conf: dict) -> dict[str, dict]:
     base = {k: v for k, v in conf.items() if k not in ("_target_", "model_dir")}
     return {"static": {**base, "online": False},
             "online_ridge": {**base, "online": True, "correction": "ridge"},
+            "online_ridge_refit": {**base, "online": True, "correction": "ridge", "ridge_update": "refit"},
             "online_forest": {**base, "online": True, "correction": "forest"}}
 
 
-def _best_time(fn, repeats: int = 2) -> float:
-    """Best wall time of ``repeats`` calls (plain perf_counter: tracemalloc would slow the
-    Python-side refits several-fold); stops early once a call takes over 10 s."""
-    best = float("inf")
+def _best_time(fn, repeats: int = 3) -> tuple[float, float]:
+    """Best wall time and best CPU time (this process) of ``repeats`` calls (plain clocks:
+    tracemalloc would slow the Python-side refits several-fold); stops early once a call takes
+    over 10 s.  On a shared machine CPU time leaves out the waits for a core."""
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.process_time() - c0)
         if best > 10:
             break
-    return best
+    return best, best_cpu
 
 
 def main() -> None:
@@ -71,7 +73,8 @@ def main() -> None:
     cluster = Cluster()
     models = _models(cluster, args.model_dir, cfg["rf"], 500 if args.smoke else 3000)
     variants = _variants(cfg["policies"]["machine"]["hybrid_ml"])
-    sizes = {"static": args.tasks, "online_ridge": args.tasks, "online_forest": args.forest_tasks}
+    sizes = {"static": args.tasks, "online_ridge": args.tasks, "online_ridge_refit": args.tasks,
+             "online_forest": args.forest_tasks}
 
     warm = generate(WorkloadSpec(rate=6.0), 300, np.random.default_rng(1))
     warm_real = cluster.sample_noise(len(warm), np.random.default_rng(1))
@@ -93,14 +96,14 @@ def main() -> None:
             t0 = time.perf_counter()
             policy.prepare(tasks, cluster, X)
             prepare_s = time.perf_counter() - t0
-            dt = _best_time(lambda: simulate(tasks, cluster, policy, real))
+            dt, cpu = _best_time(lambda: simulate(tasks, cluster, policy, real))
             peak = measure(lambda: simulate(tasks, cluster, policy, real))[1] if variant != "online_forest" else None
             us = dt / n * 1e6
             static_us = us if static_us is None else static_us  # "static" comes first
             # online overhead per refit: the extra time over the static run, spread over the refits
             per_refit = (us - static_us) * n / 1000 / policy.n_refits if policy.n_refits else None
             rows.append({"model": kind, "variant": variant, "tasks": n, "seconds": round(dt, 3),
-                         "tasks_per_s": round(n / dt), "prepare_s": round(prepare_s, 3), "refits": policy.n_refits,
+                         "tasks_per_s": round(n / dt), "tasks_per_cpu_s": round(n / cpu), "prepare_s": round(prepare_s, 3), "refits": policy.n_refits,
                          "ms_per_refit": None if per_refit is None else round(per_refit, 3),
                          "peak_mb": None if peak is None else round(peak, 1)})
     # the target is the online ridge variant's (the shipped default); the others are context
@@ -109,8 +112,9 @@ def main() -> None:
     report("bench_hybrid_ml", rows, {"target_tasks_per_s": TARGET_TASKS_PER_S, "target_met": ok,
                                      "retrain_every": variants["static"]["retrain_every"]})
     for name, met in ok.items():
-        figure = next(r["tasks_per_s"] for r in rows if f"{r['model']}/{r['variant']}" == name)
-        print(f"{name}: {'met' if met else 'MISSED'} ({figure:,} tasks/s; target >= {TARGET_TASKS_PER_S:,})")
+        row = next(r for r in rows if f"{r['model']}/{r['variant']}" == name)
+        print(f"{name}: {'met' if met else 'MISSED'} ({row['tasks_per_s']:,} tasks/s wall; target >= {TARGET_TASKS_PER_S:,}; "
+              f"{row['tasks_per_cpu_s']:,} per CPU second, which leaves out the waits for a core on a shared machine)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Run: `make bench` (or `python -m benchmarks.bench_sim [--sizes 10000 100000 1000
 Targets (2 cores): >= 200,000 tasks/s for round_robin, greedy and eft at 10^6 tasks,
 < 1.5 GB peak, time per task flat in the task count; and (issue 23) eft's whole ``simulate`` at
 >= 0.5x the speed of a bare compiled EFT loop over the same tasks, measured in this process
-(``benchmarks.sim_profile``, which also prints where the time goes).
+(``benchmarks.sim_profile``, which also prints where the time goes): best of 7 rounds in which
+the two take turns, by CPU time (wall time printed too).
 """
 
 from __future__ import annotations
@@ -56,20 +57,26 @@ def main() -> None:
     ok_mem = all(r["peak_mb"] < TARGET_PEAK_MB for r in rows)
     from benchmarks.sim_profile import profile
 
-    phases = profile(max(args.sizes))  # eft's simulate, phase by phase, and the bare loop, in this process
-    vs_bare = phases["bare EFT loop"] / phases["simulate (whole)"]
+    # eft's simulate, phase by phase, and the bare loop, taking turns in this process (best of 7);
+    # the verdict is on CPU time, which a shared machine's waits for a core do not blur
+    phases = profile(max(args.sizes), reps=3 if args.smoke else 7)
+    vs_bare = phases["cpu"]["bare EFT loop"] / phases["cpu"]["simulate (whole)"]
+    vs_bare_wall = phases["wall"]["bare EFT loop"] / phases["wall"]["simulate (whole)"]
     ok_bare = vs_bare >= TARGET_VS_BARE
     report("bench_sim", rows, {"target_tasks_per_s": TARGET_TASKS_PER_S, "target_peak_mb": TARGET_PEAK_MB,
                                "speed_target_met": ok, "memory_target_met": ok_mem,
-                               "eft_phases_s": {k: round(v, 4) for k, v in phases.items()},
-                               "eft_vs_bare_loop": round(vs_bare, 3), "target_vs_bare_loop": TARGET_VS_BARE,
+                               "eft_phases_s": {clock: {k: round(v, 4) for k, v in ph.items()}
+                                                for clock, ph in phases.items()},
+                               "eft_vs_bare_loop": round(vs_bare, 3), "eft_vs_bare_loop_wall": round(vs_bare_wall, 3),
+                               "target_vs_bare_loop": TARGET_VS_BARE,
                                "vs_bare_target_met": ok_bare})
     speeds = ", ".join(f"{r['policy']} {r['tasks_per_s']:,}" for r in big if r["policy"] in ("round_robin", "greedy", "eft"))
     print(f"speed target (>= {TARGET_TASKS_PER_S:,} tasks/s at {max(args.sizes):,}): {'met' if ok else 'MISSED'} ({speeds}); "
           f"memory target (< {TARGET_PEAK_MB} MB): {'met' if ok_mem else 'MISSED'} "
           f"(peak {max(r['peak_mb'] for r in rows):,} MB)")
     print(f"eft vs a bare compiled EFT loop at {max(args.sizes):,} (target >= {TARGET_VS_BARE}x): "
-          f"{'met' if ok_bare else 'MISSED'} ({vs_bare:.2f}x)")
+          f"{'met' if ok_bare else 'MISSED'} ({vs_bare:.2f}x by CPU time, best of rounds taking turns; "
+          f"{vs_bare_wall:.2f}x by wall time)")
 
 
 if __name__ == "__main__":

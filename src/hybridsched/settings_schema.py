@@ -544,6 +544,7 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.hybrid_ml*.online": FLAG,
     "policies.machine.hybrid_ml*.retrain_every": POS_INT,
     "policies.machine.hybrid_ml*.ridge_alpha": NONNEG,
+    "policies.machine.hybrid_ml*.ridge_update": Choice(("incremental", "refit")),
     "policies.machine.hybrid_ml*.window": POS_INT,
     "policies.cluster.eft_queue.queue.*": ANY_NUM,  # learned weights: any sign
     "policies.cluster.fgd.coverage": FRACTION,

@@ -8,8 +8,8 @@ time it *believes* the device is free (the sum of nominal durations of what it q
 corrected whenever it can see that a device is idle); only a clairvoyant policy reads
 the true free times.
 
-One loop, ``_run``, serves two callers: compiled by numba for speed, or as plain Python
-(``_run.py_func``) as the reference path that tests compare against and that runs
+One loop, ``_loop``, serves two callers: compiled by numba for speed (``_run``, and
+``_run_learning`` with a learner inside), or as plain Python as the reference path that tests compare against and that runs
 policies written in Python.  The loop is resumable: it stops after every
 ``observe_every`` completions so a learning policy can update, then carries on; a policy
 with a compiled ``learn_kernel`` updates inside the loop instead (``Session(inline_learning=True)``,
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+from numba.core.errors import NumbaError
 
 from hybridsched.devices import Cluster, Realization
 from hybridsched.heap import heap_pop, heap_push
@@ -80,53 +81,70 @@ class Trace:
 
 
 def task_matrix(tasks: TaskTable, cluster: Cluster) -> np.ndarray:
-    """Per-task features and nominal times that every policy may read."""
+    """Per-task features and nominal times that every policy may read.
+
+    The same numbers, to the bit, as ``cluster.cpu_seconds`` / ``gpu_seconds`` / ``max_fraction``
+    column by column (``tests/machine/test_policies.py`` checks it), in one compiled pass that
+    writes each row once; only the power of the intensity stays a numpy call, so that its
+    rounding is numpy's (``x ** 2.0`` is numpy's exact square)."""
     X = np.empty((len(tasks), N_FEATURES))
-    X[:, SIZE] = tasks.size
-    X[:, INTENSITY] = tasks.intensity
-    X[:, MEMORY] = tasks.memory_mb
-    X[:, CPU_S] = cluster.cpu_seconds(tasks.size)
-    X[:, GPU_S] = cluster.gpu_seconds(tasks.size, tasks.intensity, tasks.memory_mb)
-    X[:, MAX_F] = cluster.max_fraction(tasks.memory_mb)
-    X[:, ARRIVAL] = tasks.arrival
+    x = np.asarray(tasks.intensity, dtype=np.float64)
+    _fill_task_matrix(X, np.asarray(tasks.size, dtype=np.float64), x, np.asarray(tasks.memory_mb, dtype=np.float64),
+                      np.asarray(tasks.arrival, dtype=np.float64), x ** cluster.gpu_speedup_exponent,
+                      float(cluster.cpu_gflops), float(cluster.gpu_max_speedup) - 1.0,
+                      float(cluster.transfer_mb_per_s), float(cluster.gpu_mem_mb))
     return X
 
 
-# Not cached on disk: numba's cache index pickles the dispatcher type of `decide`, which
-# breaks when another process compiled it for a policy this process has not imported.
-# nogil: a streaming run generates the next chunk in another thread while this one runs.
-@njit(nogil=True)
-def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w,
-         root_order, child_ptr, child_idx, pending,
-         est, true_free, ready, state, rh_t, rh_i, ch_t, ch_i, obs, observe_every, learn, ldata, inline,
-         gpu, frac, cs, ce, gs, ge, gmem, end, energy):
+@njit(cache=True, nogil=True)
+def _fill_task_matrix(X, size, x, mem, arrival, x_pow, cpu_gflops, speedup_m1, transfer, gpu_mem):
+    """The rows of ``task_matrix``: each expression in ``devices.Cluster``'s operation order."""
+    for i in range(X.shape[0]):
+        X[i, SIZE] = size[i]
+        X[i, INTENSITY] = x[i]
+        X[i, MEMORY] = mem[i]
+        X[i, CPU_S] = size[i] / cpu_gflops
+        speedup = 1.0 + speedup_m1 * x_pow[i]
+        X[i, GPU_S] = size[i] / (cpu_gflops * speedup) + mem[i] / transfer
+        m = mem[i]
+        if not m >= 1e-12 and m == m:  # np.maximum(m, 1e-12), NaN kept
+            m = 1e-12
+        r = gpu_mem / m
+        X[i, MAX_F] = 1.0 if r >= 1.0 else r  # np.minimum(1.0, r), NaN kept
+        X[i, ARRIVAL] = arrival[i]
+
+
+def _loop(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w,
+          root_order, child_ptr, child_idx, pending,
+          est, true_free, ready, state, rh_t, rh_i, ch_t, ch_i, obs, observe_every, learn, ldata,
+          gpu, frac, cs, ce, gs, ge, gmem, end, energy):
     """Advance the simulation until all tasks are decided or ``observe_every`` completions
-    are buffered in ``obs``. Returns True when finished.  With ``inline``, the buffered
+    are buffered in ``obs``. Returns True when finished.  With a ``learn`` (not None), the buffered
     completions go to the compiled ``learn(rows, fraction, cpu_s, gpu_s, pdata, params, ldata)``
     right here (the policy's ``learn_kernel``) and the loop carries on."""
     n_roots = root_order.shape[0]
     n_dev = est.shape[0]
+    # The loop state lives in locals (registers) and goes back to ``state`` at each stop: kept in
+    # the array, every store to an output array would make the compiler reload it.
+    nxt, rn, dn, decided, obs_n = state[_NEXT], state[_READY_N], state[_DONE_N], state[_DECIDED], state[_OBS_N]
     while True:
-        nxt = state[_NEXT]
-        rn = state[_READY_N]
         if nxt >= n_roots and rn == 0:
+            state[_NEXT], state[_READY_N], state[_DONE_N], state[_DECIDED], state[_OBS_N] = nxt, rn, dn, decided, obs_n
             return True
         # next event: the earliest of the next root arrival and the earliest released child
         if rn > 0 and (nxt >= n_roots or rh_t[0] < arrival[root_order[nxt]]):
             i = rh_i[0]
-            state[_READY_N] = heap_pop(rh_t, rh_i, rn)
+            rn = heap_pop(rh_t, rh_i, rn)
         else:
             i = root_order[nxt]
-            state[_NEXT] = nxt + 1
+            nxt += 1
         t = ready[i]
 
         if observe_every > 0:  # deliver completions the scheduler has seen by time t
-            dn = state[_DONE_N]
             while dn > 0 and ch_t[0] <= t:
-                obs[state[_OBS_N]] = ch_i[0]
-                state[_OBS_N] += 1
+                obs[obs_n] = ch_i[0]
+                obs_n += 1
                 dn = heap_pop(ch_t, ch_i, dn)
-            state[_DONE_N] = dn
 
         for d in range(n_dev):  # a scheduler sees which devices are idle right now
             if true_free[d] <= t or est[d] < t:
@@ -136,7 +154,8 @@ def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, g
         f = min(max(f, 0.0), X[i, MAX_F])
         e = 0.0
         task_end = t
-        first = np.inf
+        # every output row is written here (NaN / 0 / -1 for a part that does not run), so the
+        # session allocates them empty instead of filling 9 arrays of n first
         if f < 1.0:
             dur = (1.0 - f) * X[i, CPU_S]
             s = max(t, true_free[0])
@@ -147,7 +166,9 @@ def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, g
             est[0] += dur
             e += real * cpu_w
             task_end = s + real
-            first = s
+        else:
+            cs[i] = np.nan
+            ce[i] = np.nan
         if f > 0.0:
             d = g + 1
             dur = launch_s + f * X[i, GPU_S]
@@ -159,13 +180,17 @@ def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, g
             est[d] += dur
             e += real * gpu_w
             task_end = max(task_end, s + real)
-            first = min(first, s)
             gmem[i] = f * X[i, MEMORY]
             gpu[i] = g
+        else:
+            gs[i] = np.nan
+            ge[i] = np.nan
+            gmem[i] = 0.0
+            gpu[i] = -1
         frac[i] = f
         end[i] = task_end
         energy[i] = e
-        state[_DECIDED] += 1
+        decided += 1
 
         for k in range(child_ptr[i], child_ptr[i + 1]):
             c = child_idx[k]
@@ -173,16 +198,32 @@ def _run(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, g
                 ready[c] = task_end
             pending[c] -= 1
             if pending[c] == 0:
-                state[_READY_N] = heap_push(rh_t, rh_i, state[_READY_N], ready[c], c)
+                rn = heap_push(rh_t, rh_i, rn, ready[c], c)
 
         if observe_every > 0:
-            state[_DONE_N] = heap_push(ch_t, ch_i, state[_DONE_N], task_end, i)
-            if state[_OBS_N] >= observe_every:
-                if not inline:
+            dn = heap_push(ch_t, ch_i, dn, task_end, i)
+            if obs_n >= observe_every:
+                if learn is None:  # the caller hands the batch to the policy's observe()
+                    state[_NEXT], state[_READY_N], state[_DONE_N], state[_DECIDED], state[_OBS_N] = (
+                        nxt, rn, dn, decided, obs_n)
                     return False
-                done = obs[:state[_OBS_N]].copy()
+                done = obs[:obs_n].copy()
                 learn(done, frac[done], ce[done] - cs[done], ge[done] - gs[done], pdata, params, ldata)
-                state[_OBS_N] = 0
+                obs_n = 0
+
+
+# Not cached on disk: numba's cache index pickles the dispatcher type of `decide`, which
+# breaks when another process compiled it for a policy this process has not imported.
+# nogil: a streaming run generates the next chunk in another thread while this one runs.
+# Two compilations of the one loop.  `_run` (``learn`` None) has no reference counting
+# (_nrt=False): with it numba increments and decrements the count of every array around each
+# `decide` call, atomic operations that took ~40 % of eft's loop at 10^6 tasks (issue 23); without
+# a learner the loop allocates nothing (numba prunes the `learn is None` branch at compile time),
+# so it needs none.  `_run_learning` keeps reference counting for the learner's batch arrays.
+_run = njit(nogil=True, _nrt=False)(_loop)
+_run_learning = njit(nogil=True)(_loop)
+# kernels that allocate (they do not compile into `_run`) -> a fresh dispatcher of each, for `_run_learning`
+_COUNTING: dict = {}
 
 
 class Session:
@@ -208,23 +249,32 @@ class Session:
         if policy.clairvoyant:
             policy.reveal(realization)
         self._decide, use_compiled = _decider(policy, compiled)
-        self._loop = _run if use_compiled else _run.py_func
         self._every = int(policy.observe_every) if policy.observe_every else 0
         # A compiled learner runs inside the loop (no return to Python per batch of completions)
         # unless the caller steps through the batches (the live service reports each one).
         learn = getattr(policy, "learn_kernel", None)
         self._inline = bool(inline_learning and use_compiled and learn is not None and self._every)
-        self._learn = learn if self._inline else _no_learning
-        has_parents = np.diff(tasks.parent_ptr) > 0
-        self._root_order = np.flatnonzero(~has_parents).astype(np.int64)  # rows are sorted by arrival
-        self._child_ptr, self._child_idx = tasks.children_csr()
-        self._pending = np.diff(tasks.parent_ptr).astype(np.int64)
-        nan = np.full(n, np.nan)
-        self.out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(),
-                        gs=nan.copy(), ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
+        self._learn = learn if self._inline else None
+        self._loop = (_run_learning if self._inline else _run) if use_compiled else _loop
+        if self._loop is _run and self._decide in _COUNTING:  # a kernel that allocates (see step)
+            self._decide, self._loop = _COUNTING[self._decide], _run_learning
+        if tasks.has_deps:
+            n_parents = np.diff(tasks.parent_ptr)
+            self._root_order = np.flatnonzero(n_parents == 0).astype(np.int64)  # rows are sorted by arrival
+            self._child_ptr, self._child_idx = tasks.children_csr()
+            self._pending = n_parents.astype(np.int64)
+        else:  # independent tasks: every row is a root, no child lists to build
+            self._root_order = np.arange(n, dtype=np.int64)
+            self._child_ptr, self._child_idx = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            self._pending = np.zeros(0, dtype=np.int64)
+        # The loop writes every row of these when it decides the row (rows not decided yet hold
+        # garbage): no fill pass over 9 arrays of n.
+        e = np.empty
+        self.out = dict(gpu=e(n, dtype=np.int64), frac=e(n), cs=e(n), ce=e(n), gs=e(n), ge=e(n), gmem=e(n), end=e(n),
+                        energy=e(n))
         self.true_free = np.zeros(cluster.n_devices) if free_at is None else np.array(free_at, dtype=np.float64)
         self.est = self.true_free.copy() if believed_free is None else np.array(believed_free, dtype=np.float64)
-        self.ready = tasks.arrival.astype(np.float64).copy()
+        self.ready = np.array(tasks.arrival, dtype=np.float64)  # a copy: the loop moves children's ready times
         self.state = np.zeros(5, dtype=np.int64)
         self._heaps = [np.empty(n + 1), np.empty(n + 1, dtype=np.int64), np.empty(n + 1), np.empty(n + 1, dtype=np.int64)]
         self._obs = np.empty(n + 1, dtype=np.int64)
@@ -242,12 +292,25 @@ class Session:
             return True
         out, every = self.out, self._every
         pdata, params = self.policy.kernel_data()
-        self.finished = bool(self._loop(
-            self._decide, self.X, pdata, params, self.tasks.arrival, self.realization.cpu_factor,
-            self.realization.gpu_factor, self.cluster.launch_s, self.cluster.cpu_busy_w, self.cluster.gpu_busy_w,
-            self._root_order, self._child_ptr, self._child_idx, self._pending, self.est, self.true_free, self.ready,
-            self.state, *self._heaps, self._obs, every, self._learn,
-            self.policy.learn_data() if self._inline else (), self._inline, *out.values()))
+        args = (self._decide, self.X, pdata, params, self.tasks.arrival, self.realization.cpu_factor,
+                self.realization.gpu_factor, self.cluster.launch_s, self.cluster.cpu_busy_w, self.cluster.gpu_busy_w,
+                self._root_order, self._child_ptr, self._child_idx, self._pending, self.est, self.true_free, self.ready,
+                self.state, *self._heaps, self._obs, every, self._learn,
+                self.policy.learn_data() if self._inline else (), *out.values())
+        try:
+            self.finished = bool(self._loop(*args))
+        except NumbaError:
+            # a kernel that allocates cannot be compiled into the loop without reference counting:
+            # run it in the counting one (same loop, same results; compiling fails before the loop
+            # has changed any state; a kernel broken otherwise fails there again, with its error)
+            if self._loop is not _run:
+                raise
+            # numba keeps the failed compilation with the kernel's dispatcher: a fresh one,
+            # remembered so that the next session of this kernel goes there directly
+            _COUNTING[self._decide] = njit(self._decide.py_func)
+            self._decide = _COUNTING[self._decide]
+            self._loop = _run_learning
+            self.finished = bool(self._loop(self._decide, *args[1:]))
         self.last_observed = self._obs[:0]
         if every and self.state[_OBS_N] > 0:
             k = int(self.state[_OBS_N])
@@ -291,11 +354,6 @@ def simulate(
     if devices is not None:
         devices[0], devices[1] = session.est, session.true_free
     return session.trace()
-
-
-@njit
-def _no_learning(rows, fraction, cpu_s, gpu_s, pdata, params, ldata):
-    """The loop's learner when there is none inline (never called: ``inline`` is False)."""
 
 
 def _decider(policy, compiled: bool) -> tuple[Callable, bool]:

@@ -207,3 +207,137 @@ def _predict_ridge(F, state, clip):
     for i in range(F.shape[0]):
         out[i] = ridge_correction(state, F, i, 0, clip)
     return out
+
+
+# --- incremental ridge (issue 23): the window's sums kept up to date, a p x p solve per refit -----
+#
+# ``ridge_refit`` recomputes the window's means, scales and Z^T Z from its rows (O(window p^2) per
+# refit).  ``ridge_update: incremental`` keeps the sums those are made of (shifted by a fixed row
+# ``c`` so that no large mean cancels: u = F - c; sum r, sum u, sum u r, sum u u^T) up to date with
+# one rank-one update per row entering or leaving the window, and turns them into the same
+# standardised ridge system at each refit (p x p, solved by Cholesky).  Same solution in exact
+# arithmetic; the float sums are added in another order, so the corrections differ from the full
+# refit in the last bits (relative ~1e-12, test_learned_speed.py), and a decision that sat on such a
+# tie can go the other way.  The sums are recomputed from the window's rows once per ``window``
+# additions, so rounding does not pile up over a long run.
+
+def ridge_stats_size(n_features: int) -> int:
+    """Length of a window's sums vector: [shift set, rows since exact, sum r, c, sum u, sum u r, sum u u^T]."""
+    return 3 + 3 * n_features + n_features * n_features
+
+
+@njit(cache=True)
+def _stats_row(st, f, r, sign):
+    """Add (sign 1) or remove (sign -1) the row ``f`` with value ``r`` from the sums ``st``."""
+    p = f.shape[0]
+    c, su, sur, suu = 3, 3 + p, 3 + 2 * p, 3 + 3 * p
+    st[2] += sign * r
+    for j in range(p):
+        uj = f[j] - st[c + j]
+        st[su + j] += sign * uj
+        st[sur + j] += sign * uj * r
+        row = suu + j * p
+        for k in range(j, p):  # upper triangle: the solve reads no more
+            st[row + k] += sign * uj * (f[k] - st[c + k])
+
+
+@njit(cache=True)
+def _stats_exact(st, wF, wy, n):
+    """The sums recomputed from the window's ``n`` rows (bounds the rounding of the updates)."""
+    p = wF.shape[1]
+    st[2:3] = 0.0
+    st[3 + p:] = 0.0
+    for i in range(n):
+        _stats_row(st, wF[i], wy[i], 1.0)
+    st[1] = 0.0
+
+
+@njit(cache=True)
+def window_add_tracked(wF, wy, meta, F, y, st):
+    """``window_add`` that keeps the window's sums ``st`` (``ridge_stats_size``) up to date: a row
+    that a new one overwrites leaves them, the new one enters."""
+    size = wy.shape[0]
+    p = wF.shape[1]
+    k = y.shape[0]
+    first = 0
+    if k >= size:
+        first, k = y.shape[0] - size, size
+    if k == 0:
+        return
+    if st[0] == 0.0:  # the shift: the first row ever seen
+        st[3:3 + p] = F[first, :]
+        st[0] = 1.0
+    head, n = meta[0], meta[1]
+    for r in range(k):
+        slot = (head + r) % size
+        if n == size:
+            _stats_row(st, wF[slot], wy[slot], -1.0)
+        else:
+            n += 1
+        wF[slot, :] = F[first + r, :]
+        wy[slot] = y[first + r]
+        _stats_row(st, wF[slot], wy[slot], 1.0)
+    meta[0] = (head + k) % size
+    meta[1] = n
+    st[1] += k
+    if st[1] >= size:
+        _stats_exact(st, wF, wy, n)
+
+
+@njit(cache=True)
+def ridge_refit_stats(state, st, wF, wy, n, alpha, min_obs):
+    """``ridge_refit`` from the window's sums: the same standardised ridge system (population
+    scale, unpenalised intercept), built in O(p^2) and solved by Cholesky in O(p^3).  Falls back
+    to the full refit on the window's rows if the system is not positive definite (alpha 0 and
+    a degenerate window), where the full refit's LU solve decides what happens."""
+    if n < min_obs:
+        state[0] = 0.0
+        return
+    p = wF.shape[1]
+    c, su, sur, suu = 3, 3 + p, 3 + 2 * p, 3 + 3 * p
+    mu = np.empty(p)
+    scale = np.empty(p)
+    for j in range(p):
+        mu[j] = st[su + j] / n
+        var = st[suu + j * p + j] / n - mu[j] * mu[j]
+        scale[j] = np.sqrt(var) if var > 0.0 else 0.0
+        if scale[j] < 1e-12:
+            scale[j] = 1.0
+    rbar = st[2] / n
+    L = np.zeros((p, p))
+    b = np.empty(p)
+    for j in range(p):
+        b[j] = (st[sur + j] - n * mu[j] * rbar) / scale[j]
+        for k in range(j, p):
+            a = (st[suu + j * p + k] - n * mu[j] * mu[k]) / (scale[j] * scale[k])
+            L[k, j] = a + alpha if k == j else a  # lower triangle of A, factored in place below
+    for j in range(p):  # Cholesky A = L L^T
+        d = L[j, j]
+        for k in range(j):
+            d -= L[j, k] * L[j, k]
+        if not d > 0.0:
+            ridge_refit(state, wF[:n], wy[:n], alpha, min_obs)
+            return
+        d = np.sqrt(d)
+        L[j, j] = d
+        for i in range(j + 1, p):
+            v = L[i, j]
+            for k in range(j):
+                v -= L[i, k] * L[j, k]
+            L[i, j] = v / d
+    coef = np.empty(p)
+    for j in range(p):  # L z = b
+        v = b[j]
+        for k in range(j):
+            v -= L[j, k] * coef[k]
+        coef[j] = v / L[j, j]
+    for j in range(p - 1, -1, -1):  # L^T coef = z
+        v = coef[j]
+        for k in range(j + 1, p):
+            v -= L[k, j] * coef[k]
+        coef[j] = v / L[j, j]
+    state[0], state[1] = 1.0, rbar
+    for j in range(p):
+        state[2 + j] = st[c + j] + mu[j]
+        state[2 + p + j] = scale[j]
+        state[2 + 2 * p + j] = coef[j]

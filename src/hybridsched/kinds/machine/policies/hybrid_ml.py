@@ -27,7 +27,8 @@ from numba import njit
 
 from hybridsched.kinds.machine.features import task_features
 from hybridsched.kinds.machine.online import (MAX_LOG_CORRECTION, ResidualModel, SlidingWindow, ridge_correction,
-                                              ridge_refit, ridge_state_size, window_add)
+                                              ridge_refit, ridge_refit_stats, ridge_state_size, ridge_stats_size,
+                                              window_add, window_add_tracked)
 from hybridsched.kinds.machine.runtime_model import RuntimeModel, load_model
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
@@ -45,6 +46,7 @@ _LAUNCH, _GRID_AT, _SPAN, _LO, _REFITTED, _ALPHA, _MIN_OBS, _N_STATE = range(8)
 _HEADER = 8
 _MIN_FRACTION = 1e-9
 _MAX_RESIDUAL = 4.0  # log-space: a factor of ~55 either way
+RIDGE_UPDATES = ("refit", "incremental")
 
 
 @njit
@@ -95,8 +97,10 @@ def _learn_ridge(rows, fraction, cpu_s, gpu_s, pdata, params, ldata):
     """The online step of the ridge correction, compiled (the engine calls it in its loop):
     the finished tasks' actual C and G go into the windows, both corrections are refitted and
     the undecided rows within ``span`` will be re-predicted as they are decided (see the kernel).
-    ``ldata``: (window F, y, meta of C; the same of G; [refits, first undecided])."""
-    wF0, wy0, m0, wF1, wy1, m1, counters = ldata
+    ``ldata``: (window F, y, meta of C; the same of G; [refits, first undecided]; the windows'
+    sums of C and G, empty unless ``ridge_update`` is incremental)."""
+    wF0, wy0, m0, wF1, wy1, m1, counters, st0, st1 = ldata
+    incremental = st0.shape[0] > 0
     p = wF0.shape[1]
     launch = params[_LAUNCH]
     k = rows.shape[0]
@@ -109,7 +113,10 @@ def _learn_ridge(rows, fraction, cpu_s, gpu_s, pdata, params, ldata):
             F[m, :] = pdata[rows[r], _FEAT:_FEAT + p]
             y[m] = _residual(c / (1.0 - f), pdata[rows[r], _BASE])
             m += 1
-    window_add(wF0, wy0, m0, F[:m], y[:m])
+    if incremental:
+        window_add_tracked(wF0, wy0, m0, F[:m], y[:m], st0)
+    else:
+        window_add(wF0, wy0, m0, F[:m], y[:m])
     m = 0
     for r in range(k):
         # The launch overhead is noisy too, so G = (gpu part - launch) / f is only trustworthy
@@ -119,11 +126,16 @@ def _learn_ridge(rows, fraction, cpu_s, gpu_s, pdata, params, ldata):
             F[m, :] = pdata[rows[r], _FEAT:_FEAT + p]
             y[m] = _residual((g - launch) / f, pdata[rows[r], _BASE + 1])
             m += 1
-    window_add(wF1, wy1, m1, F[:m], y[:m])
     n_state = int(params[_N_STATE])
     alpha, min_obs = params[_ALPHA], int(params[_MIN_OBS])
-    ridge_refit(params[_HEADER:_HEADER + n_state], wF0[:m0[1]], wy0[:m0[1]], alpha, min_obs)
-    ridge_refit(params[_HEADER + n_state:_HEADER + 2 * n_state], wF1[:m1[1]], wy1[:m1[1]], alpha, min_obs)
+    if incremental:
+        window_add_tracked(wF1, wy1, m1, F[:m], y[:m], st1)
+        ridge_refit_stats(params[_HEADER:_HEADER + n_state], st0, wF0, wy0, m0[1], alpha, min_obs)
+        ridge_refit_stats(params[_HEADER + n_state:_HEADER + 2 * n_state], st1, wF1, wy1, m1[1], alpha, min_obs)
+    else:
+        window_add(wF1, wy1, m1, F[:m], y[:m])
+        ridge_refit(params[_HEADER:_HEADER + n_state], wF0[:m0[1]], wy0[:m0[1]], alpha, min_obs)
+        ridge_refit(params[_HEADER + n_state:_HEADER + 2 * n_state], wF1[:m1[1]], wy1[:m1[1]], alpha, min_obs)
     counters[0] += 1
     lo, n = counters[1], pdata.shape[0]
     while lo < n and pdata[lo, _DECIDED] != 0.0:  # each row is passed once over the whole run
@@ -148,10 +160,17 @@ class HybridML(Policy):
     def __init__(self, model_dir: str = "models/rf", fraction_step: float = 0.05, online: bool = True,
                  retrain_every: int = 50, window: int = 1000, correction: str = "ridge", ridge_alpha: float = 10.0,
                  min_obs: int = 20, lookahead: int = 2000, correction_forest: dict | None = None,
-                 seed: int = 0, model: RuntimeModel | None = None) -> None:
+                 seed: int = 0, model: RuntimeModel | None = None, ridge_update: str = "incremental") -> None:
         """``lookahead``: how many rows past the first undecided one are re-predicted after a
         refit (0 = all undecided); rows further ahead get the correction when they come
-        within reach, which keeps a refit's cost independent of the workload's length."""
+        within reach, which keeps a refit's cost independent of the workload's length.
+        ``ridge_update``: ``refit`` recomputes the ridge from the window's rows at each refit (the
+        schedules of every run so far); ``incremental`` keeps the window's sums up to date by
+        rank-one updates and solves a p x p system per refit (``online.py``: the corrections
+        agree to ~1e-12 relative, so a decision on a near-tie can differ)."""
+        if ridge_update not in RIDGE_UPDATES:
+            raise ValueError(f"policy ridge_update must be one of {list(RIDGE_UPDATES)}, got {ridge_update!r}")
+        self.ridge_update = ridge_update
         self.model_dir = Path(model_dir)
         self.grid = fraction_grid(fraction_step)
         self.online = bool(online)
@@ -209,6 +228,9 @@ class HybridML(Policy):
                                                 state=self._params[_HEADER + k * n_state:_HEADER + (k + 1) * n_state])
                                   for k in range(2))
         self._counters = np.zeros(2, dtype=np.int64)  # [refits, first undecided row]
+        incremental = self.ridge_update == "incremental" and self._corrections[0].kind == "ridge"
+        n_stats = ridge_stats_size(n_feat) if incremental else 0
+        self._stats = (np.zeros(n_stats), np.zeros(n_stats))  # the windows' sums (incremental ridge)
         # the ridge learns inside the engine's compiled loop; the forest in observe()
         self.learn_kernel = _learn_ridge if self.online and self._corrections[0].kind == "ridge" else None
 
@@ -226,10 +248,12 @@ class HybridML(Policy):
         """Next segment of a stream: keep the windows and corrections learned so far and apply
         them to the new tasks' predictions."""
         learned = getattr(self, "_windows", None), getattr(self, "_corrections", None), self.n_refits
+        stats = getattr(self, "_stats", None)
         self.prepare(tasks, cluster, X)
         if learned[0] is None or not self.online:
             return
         self._windows = learned[0]
+        self._stats = stats
         self._counters[0] = learned[2]
         for k, (correction, old) in enumerate(zip(self._corrections, learned[1])):
             correction.take_over(old)
@@ -241,7 +265,7 @@ class HybridML(Policy):
     def learn_data(self) -> tuple:
         """What the compiled learner (``learn_kernel``) updates besides pdata and params."""
         w0, w1 = self._windows
-        return w0.F, w0.y, w0.meta, w1.F, w1.y, w1.meta, self._counters
+        return w0.F, w0.y, w0.meta, w1.F, w1.y, w1.meta, self._counters, *self._stats
 
     def observe(self, rows, fraction, cpu_s, gpu_s) -> None:
         """Add the finished tasks' actual C and G to the windows, refit, re-predict the undecided
@@ -255,19 +279,32 @@ class HybridML(Policy):
         f = fraction
         has_cpu = (f < 1.0 - _MIN_FRACTION) & np.isfinite(cpu_s) & (cpu_s > 0)
         c = cpu_s[has_cpu] / (1.0 - f[has_cpu])
-        self._windows[0].add(F[has_cpu], _residuals(c, self._base[rows[has_cpu], 0]))
+        self._add(0, F[has_cpu], _residuals(c, self._base[rows[has_cpu], 0]))
         # see _learn_ridge on why short GPU parts are skipped
         has_gpu = (f > _MIN_FRACTION) & np.isfinite(gpu_s) & (gpu_s > 2.0 * self.launch_s)
         g = (gpu_s[has_gpu] - self.launch_s) / f[has_gpu]
-        self._windows[1].add(F[has_gpu], _residuals(g, self._base[rows[has_gpu], 1]))
-        for window, correction in zip(self._windows, self._corrections):
-            correction.fit(*window.data())
+        self._add(1, F[has_gpu], _residuals(g, self._base[rows[has_gpu], 1]))
+        for k, (window, correction) in enumerate(zip(self._windows, self._corrections)):
+            if len(self._stats[k]):  # incremental ridge: the same arithmetic as _learn_ridge
+                ridge_refit_stats(correction.state, self._stats[k], window.F, window.y, window.n, correction.alpha,
+                                  correction.min_obs)
+            else:
+                correction.fit(*window.data())
         self._counters[0] += 1
         todo = self._undecided()
         if len(todo):
             Ft = self._F[todo]
             for k, correction in enumerate(self._corrections):
                 self._pdata[todo, k] = np.exp(self._base[todo, k] + correction.predict(Ft))
+
+    def _add(self, k: int, F: np.ndarray, y: np.ndarray) -> None:
+        """Append observations to target ``k``'s window (and its sums, for the incremental ridge)."""
+        w = self._windows[k]
+        if len(self._stats[k]):
+            window_add_tracked(w.F, w.y, w.meta, np.ascontiguousarray(F, dtype=np.float64),
+                               np.ascontiguousarray(y, dtype=np.float64), self._stats[k])
+        else:
+            w.add(F, y)
 
     def _undecided(self) -> np.ndarray:
         """Rows not yet decided, from the first undecided one up to ``lookahead`` rows on."""
