@@ -113,7 +113,8 @@ class CompiledLearner:
         self.losses.extend(losses.tolist())
 
 
-@njit(cache=True)
+# nogil: in the live service the race thread learns while the API threads answer
+@njit(cache=True, nogil=True)
 def _run_events(events, idx, net, tgt, g, flat, tflat, gflat, mflat, vflat, S, A_, R, S2, D, gamma, lr, max_norm,
                 tau, steps_before, losses, h1, h2, q, th1, th2, tq, gh1, gh2, gadv, nz):
     """The due steps in order: TRAIN (a TD step on minibatch ``idx[k]``), SYNC (target update).
@@ -135,7 +136,7 @@ def _run_events(events, idx, net, tgt, g, flat, tflat, gflat, mflat, vflat, S, A
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, nogil=True)
 def train_step(rows, net, tgt, g, flat, gflat, mflat, vflat, S, A_, R, S2, D, gamma, lr, max_norm, t,
                h1, h2, q, th1, th2, tq, gh1, gh2, gadv, nz):
     """One TD step on the transitions ``rows`` of the replay arrays: Huber loss of
