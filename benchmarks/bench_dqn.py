@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import measure, parse, project_path, report
+from benchmarks.common import measure, parse, project_path, report, settings
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.dqn import DQNPolicy
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
@@ -61,7 +61,7 @@ def main() -> None:
         cases = [
             ("dqn (greedy)", DQNPolicy(model_dir), args.tasks),
             ("dqn (epsilon 0.1)", DQNPolicy(model_dir, epsilon=0.1), args.tasks),
-            ("dqn_online (eps 0.1, updates)", DQNPolicy(model_dir, epsilon=0.1, online=True), args.online_tasks),
+            ("dqn_online (eps 0.1, updates)", _online(model_dir, args.overrides), args.online_tasks),
             ("eft (reference)", EarliestFinishTime(), args.tasks),
         ]
         warm = generate(WorkloadSpec(rate=6.0), 300, np.random.default_rng(1))
@@ -85,6 +85,15 @@ def main() -> None:
           f"{'met' if ok else 'MISSED'} ({greedy:,})")
     print(f"target (dqn_online >= {TARGET_ONLINE_PER_S:,} decisions/s on {args.online_tasks:,} tasks): "
           f"{'met' if ok_online else 'MISSED'} ({online:,})")
+
+
+def _online(model_dir: Path, overrides: list[str]) -> DQNPolicy:
+    """dqn_online as conf/policies/machine/dqn_online.yaml configures it (epsilon, update_every,
+    batch_size, train_frequency), on the model of --model-dir."""
+    spec = dict(settings(overrides)["policies"]["machine"]["dqn_online"])
+    spec.pop("_target_")
+    spec["model_dir"] = model_dir
+    return DQNPolicy(**spec)
 
 
 def _forward_only(model_dir: Path, cluster: Cluster, n: int) -> dict:
