@@ -183,6 +183,10 @@ def features_into(out, i, t, est, X, params):
         out[N_TASK_FEATURES + d] = np.log1p(max(est[d] - t, 0.0) / ts)
     k = N_TASK_FEATURES + n_dev
     cpu_back = max(est[0] - t, 0.0)
+    # actions are GPU-major with the same fractions for every GPU, and a placement's energy does
+    # not depend on which GPU: from the second GPU on, its energy feature is a copy (same bits,
+    # one log1p fewer per action: issue 23)
+    n_f = (A - 1) // (n_dev - 1) if n_dev > 1 else A
     for a in range(A):
         g = int(params[HEADER + a])
         f = min(params[HEADER + A + a], mf)
@@ -195,7 +199,10 @@ def features_into(out, i, t, est, X, params):
             fin = max(fin, max(est[g + 1] - t, 0.0) + launch + f * G)
             e += (launch + f * G) * params[GPU_W]
         out[k + a] = np.log1p(fin / ts)
-        out[k + A + a] = np.log1p(e / es)
+        if a > n_f and params[HEADER + A + a] == params[HEADER + A + a - n_f]:
+            out[k + A + a] = out[k + A + a - n_f]
+        else:
+            out[k + A + a] = np.log1p(e / es)
 
 
 # Calls across files are not disk-cached: numba's cache of a function is invalidated only
