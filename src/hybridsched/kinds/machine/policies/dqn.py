@@ -9,7 +9,9 @@ evaluation): it takes a random action when the task's pre-drawn uniform is below
 epsilon, and records each decision (order, time, action, clamped fraction, state) in
 ``pdata``.  ``observe`` turns finished tasks into transitions, with the actual
 response time and energy rebuilt by ``outcomes.OutcomeClock``, and hands them to
-the learner, whose gradient steps show up in ``params`` at the next ``kernel_data``.
+the learner: while training (``dqn_train``) the torch ``rl.dqn.DQNLearner``, whose weights are
+re-packed at the next ``kernel_data``; online (``online=True``) the compiled
+``rl.qnet_train.CompiledLearner``, which updates the very arrays the kernel reads.
 """
 
 from __future__ import annotations
