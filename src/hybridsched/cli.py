@@ -36,8 +36,11 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     print(f"hybridsched: serving on http://{settings.host}:{settings.port}/ (database "
           f"{app.state.svc.store._safe_url()})", flush=True)
+    # ws_per_message_deflate off: every client's deflate context compressed the same update again
+    # (50 clients: ~15 % of the event loop's time in the live race, issue 23), on the thread that
+    # answers the REST calls; the updates are a few kB of JSON at <= 10 per second
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, ws="websockets-sansio",
-                timeout_graceful_shutdown=10)
+                ws_per_message_deflate=False, timeout_graceful_shutdown=10)
     return 0
 
 

@@ -531,6 +531,8 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.dqn*.learning_rate": Num(gt=0, null=True),
     "policies.machine.dqn*.online": FLAG,
     "policies.machine.dqn*.update_every": POS_INT,
+    "policies.machine.dqn*.batch_size": POS_INT,
+    "policies.machine.dqn*.train_frequency": POS_INT,
     "policies.machine.eft_*.backlog_s": NONNEG,
     "policies.machine.eft_*.beta_cpu": NONNEG,
     "policies.machine.eft_*.beta_gpu": NONNEG,

@@ -294,7 +294,7 @@ def test_online_policy_learns_during_the_run_and_restarts_from_the_saved_model(c
     spec, _ = _spec_and_states(cluster, 8)
     save_network(tmp_path, QNetwork(spec.n_state, spec.n_actions, 16), spec,
                replace(DQNSettings(), hidden=16, batch_size=8, buffer_size=100, train_frequency=1))
-    policy = DQNPolicy(tmp_path, epsilon=0.1, online=True, update_every=4)
+    policy = DQNPolicy(tmp_path, epsilon=0.1, online=True, update_every=4, batch_size=8, train_frequency=1)
     w = small_workload(200, rate=2.0)
     first = run(w, cluster, policy)
     assert policy._learner.grad_steps > 50 and policy.n_rewards > 150

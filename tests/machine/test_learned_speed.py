@@ -1,7 +1,7 @@
 """The fast paths of the learned policies give exactly the reference results (issue 15, item 3):
 the compiled forest predictor, hybrid_ml's in-loop ridge learning with lazy re-prediction, and
-the DQN's transposed, allocation-free forward pass.  Equality is to the bit: a schedule must not
-change because a path got faster."""
+the DQN's fused, allocation-free forward pass.  Equality is to the bit (the DQN's Q-values: in
+value, see ``rl.qnet.affine_skip0``): a schedule must not change because a path got faster."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hybridsched.kinds.machine.online import ResidualModel, ridge_refit, ridge_s
 from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
 from hybridsched.kinds.machine.runtime_model import train_runtime_model
 from hybridsched.kinds.machine.sim import simulate, task_matrix
-from hybridsched.rl.qnet import dueling_q_into, dueling_q_t_into, pack_transposed, pack_weights
+from hybridsched.rl.qnet import dueling_q_into, dueling_q_net, net_from_weights, pack_weights
 from tests.conftest import small_workload
 
 SMALL_RF = {"model": "random_forest", "seed": 0, "test_fraction": 0.25, "importance_repeats": 1,
@@ -138,17 +138,21 @@ def test_in_loop_learning_returns_to_python_only_at_the_end(model, cluster):
 # --- DQN forward pass ---------------------------------------------------------------------------------
 @FAST
 @given(seed=st.integers(0, 10_000), S=st.integers(1, 50), H=st.integers(1, 70), A=st.integers(1, 20))
-def test_transposed_forward_pass_equals_the_reference_to_the_bit(seed, S, H, A):
+def test_fused_forward_pass_equals_the_reference(seed, S, H, A):
+    """Separate arrays, zero inputs skipped: the same Q-values as the flat reference pass (equal
+    in value, which -0.0 vs 0.0 aside is equal in bits), also with zero state features."""
     rng = np.random.default_rng(seed)
     shapes = [(H, S), (H,), (H, H), (H,), (1, H), (1,), (A, H), (A,)]
     weights = [rng.normal(size=sh) for sh in shapes]
-    ref, fast = pack_weights(weights), pack_transposed(weights)
-    h1, h2 = np.empty(H), np.empty(H)
-    for s in rng.normal(size=(20, S)) * 3:
+    ref, net = pack_weights(weights), net_from_weights(weights)
+    h1, h2, nz = np.empty(H), np.empty(H), np.empty(max(S, H), dtype=np.int64)
+    states = rng.normal(size=(20, S)) * 3
+    states[::3, ::2] = 0.0  # zero inputs are skipped in the first layer too
+    for s in states:
         q_ref, q_fast = np.empty(A), np.empty(A)
         dueling_q_into(q_ref, s, ref, 0, S, H, A)
-        dueling_q_t_into(q_fast, s, fast, 0, S, H, A, h1, h2)
-        assert np.array_equal(_bits(q_fast), _bits(q_ref)) and np.argmax(q_fast) == np.argmax(q_ref)
+        dueling_q_net(q_fast, s, net, h1, h2, nz)
+        assert np.array_equal(q_fast, q_ref) and np.argmax(q_fast) == np.argmax(q_ref)
 
 
 def test_dqn_kernel_acts_as_the_reference_path(cluster):
@@ -166,17 +170,40 @@ def test_dqn_kernel_acts_as_the_reference_path(cluster):
     weights = [rng.normal(size=sh) * 0.3 for sh in shapes]
     params = spec.pack(weights, H)
     ref_params = np.concatenate([spec.header(H), pack_weights(weights)])
-    A = int(params[N_ACT])
+    A = int(params.hdr[N_ACT])
     pdata = np.zeros((len(tasks) + 1, 2))
     pdata[:, 0] = 1.0  # uniform above epsilon 0: always greedy
     S = np.empty((len(tasks), spec.n_state))
     for i in range(len(tasks)):
         est = X[i, 6] + rng.exponential(2.0, cluster.n_devices)
-        features_into(S[i], i, X[i, 6], est, X, params)
+        features_into(S[i], i, X[i, 6], est, X, params.hdr)
         q = np.empty(A)
         dueling_q_into(q, S[i], ref_params, HEADER + 2 * A, spec.n_state, H, A)
         g, f = dqn_decide(i, X[i, 6], est.copy(), est.copy(), X, pdata, params)
         a = int(np.argmax(q))
-        assert (g, f) == (int(params[HEADER + a]), params[HEADER + A + a])
+        assert (g, f) == (int(params.hdr[HEADER + a]), params.hdr[HEADER + A + a])
         if i % 50 == 0:  # the batch helper runs the same pass
-            assert np.array_equal(_bits(q_values_batch(S[i:i + 1], params)[0]), _bits(q))
+            assert np.array_equal(q_values_batch(S[i:i + 1], params)[0], q)
+
+
+def test_dqn_greedy_schedule_is_unchanged_by_the_fused_pass(cluster, tmp_path):
+    """Issue 23: the greedy DQN's schedule on a fixed workload and network is the one of the flat
+    transposed pass it replaced (digest taken from that code, commit a506693)."""
+    import hashlib
+
+    torch = pytest.importorskip("torch")
+    from hybridsched.kinds.machine.dqn import DQNSettings, QNetwork, save_network
+    from hybridsched.kinds.machine.dqn_state import StateSpec
+    from hybridsched.kinds.machine.policies.dqn import DQNPolicy
+    from hybridsched.kinds.machine.workload import WorkloadSpec, generate
+
+    X = task_matrix(generate(WorkloadSpec(rate=6.0), 500, np.random.default_rng(2)), cluster)
+    spec = StateSpec.fit(X, cluster)
+    torch.manual_seed(0)
+    save_network(tmp_path, QNetwork(spec.n_state, spec.n_actions, 64), spec, DQNSettings())
+    rng = np.random.default_rng(7)
+    tasks = generate(WorkloadSpec(rate=6.0), 5000, rng)
+    tr = simulate(tasks, cluster, DQNPolicy(tmp_path), cluster.sample_noise(5000, rng))
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes()
+                                     for a in (tr.gpu, tr.fraction, tr.end, tr.energy_j))).hexdigest()
+    assert digest == "9406f9f78e28d408aa5731a6b6ec5305de4c2ad9fae2ef954955ae72d1ffec7a"

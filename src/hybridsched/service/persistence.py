@@ -26,8 +26,12 @@ TRACE_COLUMNS = ("task_id", "policy", "arrival", "ready", "gpu", "fraction", "cp
 
 
 def _nullable(a: np.ndarray) -> list:
-    """Floats as Python values with NaN -> None (SQLite has no NaN; NULL means 'did not run')."""
-    return [None if x != x else x for x in a.tolist()]
+    """Floats as Python values with NaN -> None (SQLite has no NaN; NULL means 'did not run').
+    Vectorised (an object array with None where NaN): half the writer thread's time, and GIL, of
+    a per-value Python test (issue 23)."""
+    o = a.astype(object)
+    o[np.isnan(a)] = None
+    return o.tolist()
 
 
 def _columns(cols: dict[str, Any]) -> tuple[list[str], list[tuple]]:

@@ -24,7 +24,7 @@ This module imports torch at the top; everything else imports it lazily.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -85,15 +85,6 @@ class SavedModel:
 
     def weights(self) -> list[np.ndarray]:
         return [t.detach().numpy().copy() for t in self.q.state_dict().values()]
-
-    def learner(self, seed: int = 0, learning_rate: float | None = None) -> DQNLearner:
-        """A fresh learner that starts from these weights (online adaptation); its replay
-        buffer starts empty, so it learns as soon as it holds one minibatch."""
-        s = replace(self.settings, seed=seed, learning_rate=learning_rate or self.settings.learning_rate,
-                    learning_starts=self.settings.batch_size)
-        q = QNetwork(self.spec.n_state, self.spec.n_actions, s.hidden)
-        q.load_state_dict(self.q.state_dict())
-        return DQNLearner(self.spec.n_state, self.spec.n_actions, s, np.random.default_rng(seed), q=q)
 
 
 def save_model(out_dir: str | Path, result: TrainResult) -> None:

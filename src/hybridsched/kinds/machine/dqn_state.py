@@ -1,14 +1,14 @@
 """The DQN's state and action spaces, its compiled forward pass and its simulator kernel
 (numpy + numba, no torch).
 
-Everything the simulator kernel needs travels in one flat float64 vector, ``params``:
-a header (sizes, scales, epsilon), the action table, the network weights in
-``QNetwork.state_dict()`` order with each matrix transposed (so the forward pass's inner loops
-run over independent outputs and vectorise, with every sum in the reference order), then a
-scratch space for the state, hidden layers and Q-values (no allocation per decision).  The same vector serves training (the learner repacks
-it after its gradient steps) and inference, so both run the one kernel in
-``dqn_decide``, the kernel of ``policies/dqn.py``; the forward pass itself is the shared
-``rl/qnet.py``.
+Everything the simulator kernel needs travels in ``params``, a :class:`KernelParams`: a flat
+float64 header (sizes, scales, epsilon) with the action table, the network as separate float64
+arrays (``rl.qnet.Net``: each matrix transposed, so the forward pass's inner loops run over
+independent outputs and vectorise, with every sum in the reference order), and scratch arrays
+for the state, hidden layers, Q-values and non-zero indices (no allocation per decision).  The
+same kernel serves training, online learning (the compiled learner of ``rl/qnet_train.py``
+updates the ``Net`` arrays in place) and inference: ``dqn_decide``, the kernel of
+``policies/dqn.py``; the forward pass itself is the shared ``rl/qnet.py``.
 
 State of the decision for task ``i`` at time ``t`` (``n_state = 6 + n_devices + 2 * n_actions``):
 
@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numba import njit
 
-from hybridsched.rl.qnet import dueling_q_t_into, pack_transposed, transposed_size
+from collections import namedtuple
+
+from hybridsched.rl.qnet import Net, dueling_q_net, net_from_weights, transposed_size
 
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, INTENSITY, MAX_F, MEMORY, SIZE
@@ -126,15 +128,27 @@ class StateSpec:
         gpu, frac = self.action_table()
         return np.concatenate([h, gpu.astype(np.float64), frac])
 
-    def pack(self, weights: list[np.ndarray], hidden: int, epsilon: float = 0.0, record: bool = False) -> np.ndarray:
-        """Header + action table + the weights (``QNetwork.state_dict()`` order, each matrix
-        transposed: ``rl.qnet.pack_transposed``) + the kernel's scratch space (``scratch``)."""
-        flat = pack_transposed(weights)
-        if len(flat) != transposed_size(self.n_state, hidden, self.n_actions):
-            raise ValueError(f"weights of {len(flat)} values do not fit a network of {self.n_state} inputs, "
-                             f"{hidden} hidden units and {self.n_actions} actions")
-        scratch = np.zeros(self.n_state + 2 * hidden + self.n_actions)
-        return np.concatenate([self.header(hidden, epsilon, record), flat, scratch])
+    def pack(self, weights: list[np.ndarray] | Net, hidden: int, epsilon: float = 0.0,
+             record: bool = False) -> KernelParams:
+        """The kernel's ``params``: header + action table, the network (``QNetwork.state_dict()``
+        order, or a ``Net`` that is used as is, so an online learner's in-place updates show)
+        and fresh scratch arrays."""
+        net = weights if isinstance(weights, Net) else None
+        if net is None:
+            size = sum(np.asarray(w).size for w in weights)
+            if size != transposed_size(self.n_state, hidden, self.n_actions):
+                raise ValueError(f"weights of {size} values do not fit a network of {self.n_state} inputs, "
+                                 f"{hidden} hidden units and {self.n_actions} actions")
+            net = net_from_weights(weights)
+        S, A = self.n_state, self.n_actions
+        return KernelParams(self.header(hidden, epsilon, record), net, np.zeros(S), np.zeros(hidden),
+                            np.zeros(hidden), np.zeros(A), np.zeros(max(S, hidden), dtype=np.int64))
+
+
+KernelParams = namedtuple("KernelParams", "hdr net s h1 h2 q nz")
+KernelParams.__doc__ = """What ``dqn_decide`` reads: ``hdr`` (header slots + action table, float64),
+``net`` (an ``rl.qnet.Net``) and the scratch arrays ``s`` (state), ``h1``, ``h2`` (hidden layers),
+``q`` (Q-values), ``nz`` (int64 indices of non-zero inputs, len >= max(n_state, hidden))."""
 
 
 def _fastest_placement(X: np.ndarray, cluster: Cluster, fractions: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +167,8 @@ def _fastest_placement(X: np.ndarray, cluster: Cluster, fractions: tuple[float, 
 
 @njit(cache=True)
 def features_into(out, i, t, est, X, params):
-    """Write the state of the decision for task ``i`` at time ``t`` into ``out``."""
+    """Write the state of the decision for task ``i`` at time ``t`` into ``out``; ``params`` is the
+    flat header (``StateSpec.header``, ``KernelParams.hdr``)."""
     A = int(params[N_ACT])
     n_dev = est.shape[0]
     C, G, mf = X[i, CPU_S], X[i, GPU_S], X[i, MAX_F]
@@ -168,6 +183,10 @@ def features_into(out, i, t, est, X, params):
         out[N_TASK_FEATURES + d] = np.log1p(max(est[d] - t, 0.0) / ts)
     k = N_TASK_FEATURES + n_dev
     cpu_back = max(est[0] - t, 0.0)
+    # actions are GPU-major with the same fractions for every GPU, and a placement's energy does
+    # not depend on which GPU: from the second GPU on, its energy feature is a copy (same bits,
+    # one log1p fewer per action: issue 23)
+    n_f = (A - 1) // (n_dev - 1) if n_dev > 1 else A
     for a in range(A):
         g = int(params[HEADER + a])
         f = min(params[HEADER + A + a], mf)
@@ -180,33 +199,24 @@ def features_into(out, i, t, est, X, params):
             fin = max(fin, max(est[g + 1] - t, 0.0) + launch + f * G)
             e += (launch + f * G) * params[GPU_W]
         out[k + a] = np.log1p(fin / ts)
-        out[k + A + a] = np.log1p(e / es)
-
-
-@njit
-def scratch(params):
-    """The kernel's preallocated work space at the end of ``params``: (state, hidden 1, hidden 2,
-    Q-values) as views, so a decision allocates nothing."""
-    S, H, A = int(params[N_STATE]), int(params[HIDDEN]), int(params[N_ACT])
-    o = HEADER + 2 * A + transposed_size(S, H, A)
-    return params[o:o + S], params[o + S:o + S + H], params[o + S + H:o + S + 2 * H], params[o + S + 2 * H:o + S + 2 * H + A]
+        if a > n_f and params[HEADER + A + a] == params[HEADER + A + a - n_f]:
+            out[k + A + a] = out[k + A + a - n_f]
+        else:
+            out[k + A + a] = np.log1p(e / es)
 
 
 # Calls across files are not disk-cached: numba's cache of a function is invalidated only
 # by edits to its own file, so a cached kernel would keep a stale copy of rl/qnet.py.
 @njit
 def q_values_into(q, s, params):
-    """Dueling forward pass of the packed weights (the shared ``rl.qnet``), written into ``q``."""
-    A = int(params[N_ACT])
-    _, h1, h2, _ = scratch(params)
-    dueling_q_t_into(q, s, params, HEADER + 2 * A, int(params[N_STATE]), int(params[HIDDEN]), A, h1, h2)
+    """Dueling forward pass of ``params.net`` (the shared ``rl.qnet``), written into ``q``."""
+    dueling_q_net(q, s, params.net, params.h1, params.h2, params.nz)
 
 
 @njit
 def q_values_batch(S, params):
     """Q-values of each row of the state matrix ``S`` (for tests and diagnostics)."""
-    A = int(params[N_ACT])
-    out = np.empty((S.shape[0], A))
+    out = np.empty((S.shape[0], params.q.shape[0]))
     for r in range(S.shape[0]):
         q_values_into(out[r], S[r], params)
     return out
@@ -214,19 +224,20 @@ def q_values_batch(S, params):
 
 @njit
 def dqn_decide(i, t, est, true_free, X, pdata, params):
-    """Engine kernel: epsilon-greedy on the packed Q-network; records the decision if asked."""
-    S = int(params[N_STATE])
-    A = int(params[N_ACT])
-    s, h1, h2, q = scratch(params)  # preallocated: no allocation per decision
-    features_into(s, i, t, est, X, params)
-    if pdata[i, U] < params[EPSILON]:
+    """Engine kernel: epsilon-greedy on the Q-network in ``params`` (a ``KernelParams``); records
+    the decision if asked."""
+    hdr, s, q = params.hdr, params.s, params.q  # preallocated: no allocation per decision
+    S = s.shape[0]
+    A = q.shape[0]
+    features_into(s, i, t, est, X, hdr)
+    if pdata[i, U] < hdr[EPSILON]:
         a = int(pdata[i, RAND_A])
     else:
-        dueling_q_t_into(q, s, params, HEADER + 2 * A, S, int(params[HIDDEN]), A, h1, h2)
+        dueling_q_net(q, s, params.net, params.h1, params.h2, params.nz)
         a = int(np.argmax(q))
-    g = int(params[HEADER + a])
-    f = params[HEADER + A + a]
-    if params[RECORD] > 0.0:
+    g = int(hdr[HEADER + a])
+    f = hdr[HEADER + A + a]
+    if hdr[RECORD] > 0.0:
         n = pdata.shape[0] - 1
         k = int(pdata[n, 0])
         pdata[n, 0] = k + 1

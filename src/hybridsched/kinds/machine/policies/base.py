@@ -18,7 +18,7 @@ Two ways to write ``decide``:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,8 +59,9 @@ class Policy:
     def reveal(self, realization: Realization) -> None:
         """Only called for clairvoyant policies: the true run-time factors."""
 
-    def kernel_data(self) -> tuple[np.ndarray, np.ndarray]:
-        """(pdata, params) passed to ``kernel``; read again after every ``observe``."""
+    def kernel_data(self) -> tuple[np.ndarray, Any]:
+        """(pdata, params) passed to ``kernel``; read again after every ``observe``. ``params`` is
+        usually a float64 vector; any numba-typed value works (the DQN's is a named tuple of arrays)."""
         return _EMPTY2, _EMPTY1
 
     def learn_data(self) -> tuple:

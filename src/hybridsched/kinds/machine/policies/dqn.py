@@ -9,22 +9,33 @@ evaluation): it takes a random action when the task's pre-drawn uniform is below
 epsilon, and records each decision (order, time, action, clamped fraction, state) in
 ``pdata``.  ``observe`` turns finished tasks into transitions, with the actual
 response time and energy rebuilt by ``outcomes.OutcomeClock``, and hands them to
-the learner, whose gradient steps show up in ``params`` at the next ``kernel_data``.
+the learner: while training (``dqn_train``) the torch ``rl.dqn.DQNLearner``, whose weights are
+re-packed at the next ``kernel_data``; online (``online=True``) the compiled
+``rl.qnet_train.CompiledLearner``, which updates the very arrays the kernel reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.kinds.machine.dqn_state import ACTION, FEAT, FRAC, ORDER, RAND_A, SEQ, TIME, StateSpec, U, dqn_decide
+from hybridsched.kinds.machine.dqn_state import (ACTION, EPSILON, FEAT, FRAC, ORDER, RAND_A, SEQ, TIME, KernelParams,
+                                                 StateSpec, U, dqn_decide)
 from hybridsched.kinds.machine.outcomes import OutcomeClock
 from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.workload import TaskTable
+
+
+# Online adaptation's learning schedule (issue 23): a step on 32 replayed transitions every 8
+# new ones (4 per decision) instead of training's 128 every 4 (32 per decision), so that it keeps
+# up with >= 20,000 decisions/s in compiled code.
+ONLINE_BATCH_SIZE = 32
+ONLINE_TRAIN_FREQUENCY = 8
 
 
 class DQNPolicy(Policy):
@@ -35,11 +46,19 @@ class DQNPolicy(Policy):
     kernel = dqn_decide
 
     def __init__(self, model_dir: str = "models/dqn", epsilon: float = 0.0, online: bool = False,
-                 update_every: int = 8, learning_rate: float | None = None, seed: int = 0) -> None:
+                 update_every: int = 8, learning_rate: float | None = None, seed: int = 0,
+                 batch_size: int = ONLINE_BATCH_SIZE, train_frequency: int = ONLINE_TRAIN_FREQUENCY) -> None:
         if not 0.0 <= epsilon <= 1.0:
             raise HybridschedError(f"dqn policy: epsilon must be in [0, 1], got {epsilon}")
         if online and update_every < 1:
             raise HybridschedError(f"dqn policy: update_every must be >= 1 when online, got {update_every}")
+        if online and (batch_size < 1 or train_frequency < 1):
+            raise HybridschedError(f"dqn policy: batch_size and train_frequency must be >= 1 when online, "
+                                   f"got {batch_size}, {train_frequency}")
+        self.batch_size, self.train_frequency = int(batch_size), int(train_frequency)
+        self._params = None  # the kernel's params, packed once per run when the network is updated in place
+        self._weights = None  # the saved network as an rl.qnet.Net (frozen policies)
+        self._carrying = False
         self.model_dir = Path(model_dir)
         self.epsilon = float(epsilon)
         self.online = bool(online)
@@ -76,9 +95,14 @@ class DQNPolicy(Policy):
                 raise ModelFileError(f"{model.meta_path}: model was trained for {model.spec.n_gpus} GPUs, "
                                      f"the cluster has {cluster.n_gpus} (retrain with train_dqn)")
             self._spec, self._hidden, self._settings = model.spec, model.hidden, model.settings
-            self._weights = model.weights()
+            if self._weights is None:
+                from hybridsched.rl.qnet import net_from_weights
+
+                self._weights = net_from_weights(model.weights())  # packed once: the Net is used as is
             self._rng = np.random.default_rng(self.seed)  # same draws in every run
-            self._learner = model.learner(seed=self.seed, learning_rate=self.learning_rate) if self.online else None
+            if not (self._carrying and self._learner is not None):  # carry_on keeps the learner
+                self._learner = self._online_learner(model) if self.online else None
+            self._params = None
         self._spec = self._spec.for_cluster(cluster)
         n = len(tasks)
         learning = self._learner is not None
@@ -96,7 +120,11 @@ class DQNPolicy(Policy):
         """Next segment of a stream: an online policy keeps its learner (and its random stream)
         instead of starting again from the saved model."""
         learner, rng = (self._learner, self._rng) if self.online and not self._training else (None, None)
-        self.prepare(tasks, cluster, X)
+        self._carrying = learner is not None
+        try:
+            self.prepare(tasks, cluster, X)
+        finally:
+            self._carrying = False
         if learner is None:
             return
         self._learner, self._rng = learner, rng
@@ -104,11 +132,26 @@ class DQNPolicy(Policy):
         self._pdata[:n, U] = rng.random(n)
         self._pdata[:n, RAND_A] = rng.integers(0, self._spec.n_actions, n)
 
-    def kernel_data(self) -> tuple[np.ndarray, np.ndarray]:
+    def _online_learner(self, model):
+        """The compiled learner (``rl.qnet_train``) starting from the saved weights, with the online
+        batch size and step frequency; its replay starts empty and it learns once it holds a batch."""
+        from hybridsched.rl.qnet import net_from_weights
+        from hybridsched.rl.qnet_train import CompiledLearner
+
+        s = replace(model.settings, seed=self.seed, learning_rate=self.learning_rate or model.settings.learning_rate,
+                    learning_starts=self.batch_size)
+        return CompiledLearner(net_from_weights(model.weights()), s, np.random.default_rng(self.seed),
+                               batch_size=self.batch_size, train_frequency=self.train_frequency)
+
+    def kernel_data(self) -> tuple[np.ndarray, KernelParams]:
         learning = self._learner is not None
         weights = self._learner.weights() if learning else self._weights
         eps = self._epsilon_at(self._steps_before + self.decisions) if learning or self.epsilon else 0.0
-        return self._pdata, self._spec.pack(weights, self._hidden, eps, record=learning)
+        if self._params is not None and self._params.net is weights:  # a Net updated in place: no repacking
+            self._params.hdr[EPSILON] = eps
+        else:
+            self._params = self._spec.pack(weights, self._hidden, eps, record=learning)
+        return self._pdata, self._params
 
     def observe(self, rows: np.ndarray, fraction: np.ndarray, cpu_s: np.ndarray, gpu_s: np.ndarray) -> None:
         if self._learner is None:
