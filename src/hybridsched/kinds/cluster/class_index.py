@@ -29,10 +29,14 @@ from hybridsched.kinds.cluster import kernels as K
 from hybridsched.kinds.cluster import node_index as NI
 
 _EMPTY = 1 << 62  # the node of an empty entry: after every real node
-INDEX_ENTRIES = 8_000_000  # tree entries over all indexed classes at most (~29 bytes each)
+INDEX_ENTRIES = 8_000_000  # tree entries over all indexed classes at most (32 bytes each)
 
 # slots of ``cx``, the index's arrays (see ``build``)
-(_DEMAND, _SLOT, _BITS, _K1, _K2, _ND, _CT, _GL, _PTR, _SLOT_OF, _NODE_AT, _MSTART, _SEEN, _TOKEN) = range(14)
+(_DEMAND, _SLOT, _BITS, _TREE, _GL, _PTR, _SLOT_OF, _NODE_AT, _MSTART, _SEEN, _TOKEN) = range(11)
+# fields of a tree entry ``cx[_TREE][s, x]``: one record of four float64 (the node and the count are
+# small integers, exact in a float64), so an entry is half a cache line and two siblings share one
+# (it was four arrays: four cache misses per entry touched)
+_K1, _K2, _ND, _CT = range(4)
 
 
 def build(inp, cluster, node_order: str = "node", pinned_gpu: bool = False) -> tuple:
@@ -66,8 +70,12 @@ def build(inp, cluster, node_order: str = "node", pinned_gpu: bool = False) -> t
     slot_of = np.empty(n_nodes, dtype=np.int64)
     slot_of[node_at] = np.arange(n_nodes)
     node_at = np.concatenate([node_at, np.full(size - n_nodes, -1, dtype=np.int64)])
-    return (demand, slot, bits, np.full((n_ix, 2 * size), np.inf), np.full((n_ix, 2 * size), np.inf),
-            np.full((n_ix, 2 * size), _EMPTY, dtype=np.int64), np.zeros((n_ix, 2 * size), dtype=np.int32),
+    tree = np.empty((n_ix, 2 * size, 4))
+    tree[:, :, _K1] = np.inf
+    tree[:, :, _K2] = np.inf
+    tree[:, :, _ND] = _EMPTY
+    tree[:, :, _CT] = 0.0
+    return (demand, slot, bits, tree,
             np.full((n_ix, n_nodes) if pinned_gpu else (1, 1), -1, dtype=np.int64),
             np.full(n_ix, -1, dtype=np.int64), slot_of, node_at, mstart,
             np.zeros(max(n_nodes, 1), dtype=np.int64), np.zeros(1, dtype=np.int64))
@@ -85,44 +93,46 @@ def _less(a1, a2, an, b1, b2, bn):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _pull(k1, k2, ndm, ct, s, x):  # pragma: no cover - compiled
+def _pull(tree, s, x):  # pragma: no cover - compiled
     """Entry ``x`` from its children; False when it did not change (its ancestors need no update)."""
     a, b = 2 * x, 2 * x + 1
-    if _less(k1[s, b], k2[s, b], ndm[s, b], k1[s, a], k2[s, a], ndm[s, a]):
+    if _less(tree[s, b, _K1], tree[s, b, _K2], tree[s, b, _ND], tree[s, a, _K1], tree[s, a, _K2], tree[s, a, _ND]):
         a = b
-    c = ct[s, 2 * x] + ct[s, 2 * x + 1]
-    if k1[s, x] == k1[s, a] and k2[s, x] == k2[s, a] and ndm[s, x] == ndm[s, a] and ct[s, x] == c:
+    c = tree[s, 2 * x, _CT] + tree[s, 2 * x + 1, _CT]
+    if (tree[s, x, _K1] == tree[s, a, _K1] and tree[s, x, _K2] == tree[s, a, _K2]
+            and tree[s, x, _ND] == tree[s, a, _ND] and tree[s, x, _CT] == c):
         return False
-    k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = k1[s, a], k2[s, a], ndm[s, a], c
+    tree[s, x, _K1], tree[s, x, _K2], tree[s, x, _ND], tree[s, x, _CT] = (tree[s, a, _K1], tree[s, a, _K2],
+                                                                          tree[s, a, _ND], c)
     return True
 
 
 @njit(cache=True, inline="always")
 def _set_leaf(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
     """Class slot ``s``'s leaf of node ``nd`` (task ``i`` is of that class)."""
-    k1, k2, ndm, ct, gl = cx[_K1], cx[_K2], cx[_ND], cx[_CT], cx[_GL]
-    x = k1.shape[1] // 2 + cx[_SLOT_OF][nd]
+    tree, gl = cx[_TREE], cx[_GL]
+    x = tree.shape[1] // 2 + cx[_SLOT_OF][nd]
     if fits(i, nd, st):
         v1, v2, g = keyfn(i, nd, st, pd)
         if gl.shape[0] > 1 or gl.shape[1] > 1:
             gl[s, nd] = g
-        if k1[s, x] == v1 and k2[s, x] == v2 and ct[s, x] == 1:
+        if tree[s, x, _K1] == v1 and tree[s, x, _K2] == v2 and tree[s, x, _CT] == 1.0:
             return 0  # unchanged (random's leaves change only when the fit does)
-        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = v1, v2, nd, 1
+        tree[s, x, _K1], tree[s, x, _K2], tree[s, x, _ND], tree[s, x, _CT] = v1, v2, nd, 1.0
     else:
-        if ct[s, x] == 0 and ndm[s, x] == _EMPTY:
+        if tree[s, x, _CT] == 0.0 and tree[s, x, _ND] == _EMPTY:
             return 0
-        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = np.inf, np.inf, _EMPTY, 0
+        tree[s, x, _K1], tree[s, x, _K2], tree[s, x, _ND], tree[s, x, _CT] = np.inf, np.inf, _EMPTY, 0.0
     return x
 
 
 @njit(cache=True)
 def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
     """Bring class slot ``s``'s tree up to date with the node changes logged since its last query."""
-    k1, k2, ndm, ct = cx[_K1], cx[_K2], cx[_ND], cx[_CT]
+    tree = cx[_TREE]
     ptr, node_at, seen, token = cx[_PTR], cx[_NODE_AT], cx[_SEEN], cx[_TOKEN]
     log, logn = st[10][11], st[10][12]
-    size = k1.shape[1] // 2
+    size = tree.shape[1] // 2
     n_nodes = seen.shape[0]
     tot = logn[0]
     p0 = ptr[s]
@@ -132,7 +142,7 @@ def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
             if nd >= 0:
                 _set_leaf(keyfn, cx, s, nd, i, st, pd)
         for x in range(size - 1, 0, -1):
-            _pull(k1, k2, ndm, ct, s, x)
+            _pull(tree, s, x)
     else:
         token[0] += 1
         tk = token[0]
@@ -143,7 +153,7 @@ def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
                 continue
             seen[nd] = tk
             x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1  # 0: the leaf did not change
-            while x >= 1 and _pull(k1, k2, ndm, ct, s, x):
+            while x >= 1 and _pull(tree, s, x):
                 x >>= 1
     ptr[s] = tot
 
@@ -151,20 +161,20 @@ def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
 @njit(cache=True)
 def range_min(cx, s, lo, hi):  # pragma: no cover - compiled
     """The least ``(key1, key2, node)`` over leaf slots ``[lo, hi)`` of class slot ``s``."""
-    k1, k2, ndm = cx[_K1], cx[_K2], cx[_ND]
-    size = k1.shape[1] // 2
-    b1, b2, bn = np.inf, np.inf, _EMPTY
+    tree = cx[_TREE]
+    size = tree.shape[1] // 2
+    b1, b2, bn = np.inf, np.inf, float(_EMPTY)
     lo += size
     hi += size
     while lo < hi:
         if lo & 1:
-            if _less(k1[s, lo], k2[s, lo], ndm[s, lo], b1, b2, bn):
-                b1, b2, bn = k1[s, lo], k2[s, lo], ndm[s, lo]
+            if _less(tree[s, lo, _K1], tree[s, lo, _K2], tree[s, lo, _ND], b1, b2, bn):
+                b1, b2, bn = tree[s, lo, _K1], tree[s, lo, _K2], tree[s, lo, _ND]
             lo += 1
         if hi & 1:
             hi -= 1
-            if _less(k1[s, hi], k2[s, hi], ndm[s, hi], b1, b2, bn):
-                b1, b2, bn = k1[s, hi], k2[s, hi], ndm[s, hi]
+            if _less(tree[s, hi, _K1], tree[s, hi, _K2], tree[s, hi, _ND], b1, b2, bn):
+                b1, b2, bn = tree[s, hi, _K1], tree[s, hi, _K2], tree[s, hi, _ND]
         lo >>= 1
         hi >>= 1
     return b1, b2, bn
@@ -173,14 +183,15 @@ def range_min(cx, s, lo, hi):  # pragma: no cover - compiled
 @njit(cache=True)
 def nth(cx, s, r):  # pragma: no cover - compiled
     """The node of the ``r``-th fitting leaf (0-based, in leaf order) of class slot ``s``."""
-    ct, node_at = cx[_CT], cx[_NODE_AT]
-    size = ct.shape[1] // 2
+    tree, node_at = cx[_TREE], cx[_NODE_AT]
+    size = tree.shape[1] // 2
     x = 1
     while x < size:
-        if r < ct[s, 2 * x]:
+        c = np.int64(tree[s, 2 * x, _CT])
+        if r < c:
             x = 2 * x
         else:
-            r -= ct[s, 2 * x]
+            r -= c
             x = 2 * x + 1
     return node_at[x - size]
 
@@ -230,9 +241,10 @@ def choose_best_fit(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_best_fit(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_left, cx, s, i, st, pd)
-    if cx[_CT][s, 1] == 0:
+    tree = cx[_TREE]
+    if tree[s, 1, _CT] == 0.0:
         return -1, -1
-    cand[0] = cx[_ND][s, 1]
+    cand[0] = np.int64(tree[s, 1, _ND])
     return 0, -1
 
 
@@ -247,7 +259,7 @@ def choose_random(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_random(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_zero, cx, s, i, st, pd)
-    n = cx[_CT][s, 1]
+    n = np.int64(cx[_TREE][s, 1, _CT])
     if n == 0:
         return -1, -1
     cand[0] = nth(cx, s, pd[0].integers(0, n))
@@ -266,10 +278,10 @@ def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_table(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_left, cx, s, i, st, pd)
-    if cx[_CT][s, 1] == 0:
+    if cx[_TREE][s, 1, _CT] == 0.0:
         return -1, -1
     mstart = cx[_MSTART]
-    b1, b2, bn = np.inf, np.inf, _EMPTY
+    b1, b2, bn = np.inf, np.inf, float(_EMPTY)
     for m in range(mstart.shape[0] - 1):
         if mstart[m] == mstart[m + 1]:
             continue
@@ -279,7 +291,7 @@ def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
         v1 = table[i, m]
         if _less(v1, a1, an, b1, b2, bn):
             b1, b2, bn = v1, a1, an
-    cand[0] = bn
+    cand[0] = np.int64(bn)
     return 0, -1
 
 
@@ -293,8 +305,9 @@ def choose_fgd(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_fgd(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_fgd, cx, s, i, st, pd)
-    if cx[_CT][s, 1] == 0:
+    tree = cx[_TREE]
+    if tree[s, 1, _CT] == 0.0:
         return -1, -1
-    nd = cx[_ND][s, 1]
+    nd = np.int64(tree[s, 1, _ND])
     cand[0] = nd
     return 0, cx[_GL][s, nd]
