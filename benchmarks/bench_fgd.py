@@ -1,11 +1,16 @@
 """Speed of the FGD paper's fragmentation protocol: pods/s per policy on the real trace (1,213
 GPU nodes, ~10,800 pods after inflation to 130 %), and the whole experiment's time.
 
-Run: `python -m benchmarks.bench_fgd [--seeds 1] [--full] [--smoke] [OVERRIDE ...]`.  Target: the whole experiment
-(6 policies x 10 seeds) in under 300 s on 2 cores (2 worker processes).  Without ``--full`` the
-whole experiment's time is estimated as (sum over policies of one seed's time) x 10 / 2;
-``--full`` runs it (the ``fgd`` settings of conf/, composed by Hydra; outputs in a temp folder) and
-reports its wall time.  ``--smoke``: two policies on 300 pods, nothing saved.
+Run: `python -m benchmarks.bench_fgd [--seeds 1] [--full] [--smoke] [OVERRIDE ...]`.  Targets:
+
+* the ``fgd_atc23`` stage's experiment as configured (the ``fgd`` settings of conf/, composed by
+  Hydra: by default ``rules: k8s_simulator``, 10 seeds x 6 policies, 2 workers) in under 30 s
+  (issue 23): ``run_experiment`` is run and timed (outputs in a temp folder, figures included);
+* our exact-score protocol (``rules: exact``, 6 policies x 10 seeds) in under 300 s on 2 cores:
+  estimated as (sum over policies of one seed's time) x 10 / 2; ``--full`` runs it and reports
+  its wall time.
+
+``--smoke``: two policies on 300 pods, nothing saved, the stage's experiment not run.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from hybridsched.kinds.cluster.fragmentation import typical_pods
 from hybridsched.kinds.cluster.trace import read_node_list, read_pod_requests
 
 TARGET_S = 300.0
+TARGET_STAGE_S = 30.0  # issue 23: the fgd_atc23 experiment with its default settings
 FULL_SEEDS = 10
 WORKERS = 2
 
@@ -63,14 +69,26 @@ def main() -> None:
     if args.full and not args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            run_experiment({**settings, "workers": WORKERS, "seeds": list(range(FULL_SEEDS))}, tmp)
+            run_experiment({**settings, "rules": "exact", "workers": WORKERS, "seeds": list(range(FULL_SEEDS))}, tmp)
             notes["full_s"] = round(time.perf_counter() - t0, 1)
         notes["full_met"] = notes["full_s"] < TARGET_S
+    if not args.smoke:  # the stage's own experiment, as configured
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            run_experiment(settings, tmp)
+            notes["stage_s"] = round(time.perf_counter() - t0, 1)
+        notes.update({"stage_rules": settings["rules"], "stage_seeds": len(settings["seeds"]),
+                      "stage_workers": settings["workers"], "target_stage_s": TARGET_STAGE_S,
+                      "stage_met": notes["stage_s"] < TARGET_STAGE_S})
     report("bench_fgd", rows, notes)
     verdict = notes.get("full_met", notes["estimate_met"])
     shown = notes.get("full_s", notes["estimated_full_s"])
-    print(f"whole experiment ({FULL_SEEDS} seeds, {WORKERS} workers): {shown} s "
+    print(f"whole experiment, rules exact ({FULL_SEEDS} seeds, {WORKERS} workers): {shown} s "
           f"({'measured' if args.full else 'estimated'}); target < {TARGET_S:.0f} s: {'met' if verdict else 'MISSED'}")
+    if "stage_s" in notes:
+        print(f"fgd_atc23 experiment (rules {notes['stage_rules']}, {notes['stage_seeds']} seeds, "
+              f"{notes['stage_workers']} workers): {notes['stage_s']} s; target < {TARGET_STAGE_S:.0f} s: "
+              f"{'met' if notes['stage_met'] else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -28,3 +28,15 @@ def test_schedules_equal_the_recorded_ones(wname, n, factor):
         pol.fit(train)
         got[pname] = G.schedule_hash(G.simulate(inp, cluster, pol))
     assert got == GOLDEN[wname]
+
+
+GOLDEN_K8S = json.loads((Path(__file__).parent / "data" / "golden_k8s.json").read_text())
+
+
+@pytest.mark.skipif(not G.ALIBABA.is_dir(), reason="shared traces not present")
+def test_k8s_rules_runs_equal_the_recorded_ones():
+    """``fgd.rules: k8s_simulator`` (the ``fgd_atc23`` stage): every plugin's placements and curves on
+    the real lists, two seeds, default rules and the float-score / random-tie variant."""
+    from tests.cluster import golden_k8s
+
+    assert golden_k8s.hashes() == GOLDEN_K8S

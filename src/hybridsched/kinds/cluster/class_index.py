@@ -4,10 +4,15 @@ Tasks of one demand class (equal CPU, memory, GPU count, GPU share and allowed m
 same nodes, and best fit's, EFT's, the oracle's and FGD's keys of a node are the same for all
 of them.  So each class keeps a min tree over the nodes whose leaf is that class's exact key of
 the node - ``(key1, key2, node)`` compared lexicographically, or empty where the class does not
-fit - and a count of the fitting nodes under each entry.  An arrival then reads its node from
-the root (best fit, FGD), from one range per GPU model (EFT, oracle: ``table[i, model]`` is the
+fit (random instead keeps a tree of counts of the fitting nodes).  An arrival then reads its node
+from the root (best fit, FGD), from one range per GPU model (EFT, oracle: ``table[i, model]`` is the
 first key, so the nodes are laid out by (model, node)), or draws a position among the fitting
 nodes and walks down the counts (random): O(log nodes) instead of a scan over every fitting node.
+
+Memory layout (issue 23's profile: the upkeep is cache misses): a keyed entry is one record of
+four float64 (key1, key2, node, leaf's fit), so two siblings share a cache line; inner entries
+keep no count, so a path update stops at the first entry whose least key did not change;
+random's counts are int32, eight to a record's 32 bytes.
 
 The answer is the plain scan's, to the bit: the leaf keys are computed by the same expressions
 as the scanning kernels, and the scan keeps the first node (lowest index) of the least
@@ -29,17 +34,24 @@ from hybridsched.kinds.cluster import kernels as K
 from hybridsched.kinds.cluster import node_index as NI
 
 _EMPTY = 1 << 62  # the node of an empty entry: after every real node
-INDEX_ENTRIES = 8_000_000  # tree entries over all indexed classes at most (~29 bytes each)
+INDEX_ENTRIES = 8_000_000  # tree entries over all indexed classes at most (32 bytes each)
 
 # slots of ``cx``, the index's arrays (see ``build``)
-(_DEMAND, _SLOT, _BITS, _K1, _K2, _ND, _CT, _GL, _PTR, _SLOT_OF, _NODE_AT, _MSTART, _SEEN, _TOKEN) = range(14)
+(_DEMAND, _SLOT, _BITS, _TREE, _GL, _PTR, _SLOT_OF, _NODE_AT, _MSTART, _SEEN, _TOKEN, _CNT) = range(12)
+# fields of a tree entry ``cx[_TREE][s, x]``: one record of four float64 (the node and the count are
+# small integers, exact in a float64), so an entry is half a cache line and two siblings share one
+# (it was four arrays: four cache misses per entry touched)
+_K1, _K2, _ND, _CT = range(4)
 
 
-def build(inp, cluster, node_order: str = "node", pinned_gpu: bool = False) -> tuple:
+def build(inp, cluster, node_order: str = "node", pinned_gpu: bool = False, counted: bool = False) -> tuple:
     """The index arrays for a run: per task its class, per class its tree slot (-1: not indexed,
     the rarest classes beyond ``INDEX_ENTRIES``) and model bits; ``node_order`` "model" lays the
     leaves out by (GPU model, node) for per-model range queries; ``pinned_gpu`` keeps a GPU per
-    (class, node) leaf (FGD's choice)."""
+    (class, node) leaf (FGD's choice); ``counted``: random's index, a tree of counts of fitting nodes
+    only (int32, eight times denser than the keyed entries; random needs no key), instead of the
+    keyed tree (whose entries keep no count: the other policies only ask whether the root is empty,
+    so a path update stops at the first entry whose least key did not change)."""
     allowed = np.ascontiguousarray(inp.allowed)
     demand, n_demand = K.demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
     n_nodes = cluster.n_nodes
@@ -66,11 +78,16 @@ def build(inp, cluster, node_order: str = "node", pinned_gpu: bool = False) -> t
     slot_of = np.empty(n_nodes, dtype=np.int64)
     slot_of[node_at] = np.arange(n_nodes)
     node_at = np.concatenate([node_at, np.full(size - n_nodes, -1, dtype=np.int64)])
-    return (demand, slot, bits, np.full((n_ix, 2 * size), np.inf), np.full((n_ix, 2 * size), np.inf),
-            np.full((n_ix, 2 * size), _EMPTY, dtype=np.int64), np.zeros((n_ix, 2 * size), dtype=np.int32),
+    tree = np.empty((1, 2, 4) if counted else (n_ix, 2 * size, 4))
+    tree[:, :, _K1] = np.inf
+    tree[:, :, _K2] = np.inf
+    tree[:, :, _ND] = _EMPTY
+    tree[:, :, _CT] = 0.0
+    return (demand, slot, bits, tree,
             np.full((n_ix, n_nodes) if pinned_gpu else (1, 1), -1, dtype=np.int64),
             np.full(n_ix, -1, dtype=np.int64), slot_of, node_at, mstart,
-            np.zeros(max(n_nodes, 1), dtype=np.int64), np.zeros(1, dtype=np.int64))
+            np.zeros(max(n_nodes, 1), dtype=np.int64), np.zeros(1, dtype=np.int64),
+            np.zeros((n_ix, 2 * size) if counted else (1, 1), dtype=np.int32))
 
 
 @njit(cache=True, inline="always")
@@ -85,44 +102,44 @@ def _less(a1, a2, an, b1, b2, bn):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _pull(k1, k2, ndm, ct, s, x):  # pragma: no cover - compiled
-    """Entry ``x`` from its children; False when it did not change (its ancestors need no update)."""
+def _pull(tree, s, x):  # pragma: no cover - compiled
+    """Entry ``x`` from its children; False when it did not change (its ancestors need no update).
+    Inner entries keep no count (only a leaf's says whether its node fits)."""
     a, b = 2 * x, 2 * x + 1
-    if _less(k1[s, b], k2[s, b], ndm[s, b], k1[s, a], k2[s, a], ndm[s, a]):
+    if _less(tree[s, b, _K1], tree[s, b, _K2], tree[s, b, _ND], tree[s, a, _K1], tree[s, a, _K2], tree[s, a, _ND]):
         a = b
-    c = ct[s, 2 * x] + ct[s, 2 * x + 1]
-    if k1[s, x] == k1[s, a] and k2[s, x] == k2[s, a] and ndm[s, x] == ndm[s, a] and ct[s, x] == c:
+    if tree[s, x, _K1] == tree[s, a, _K1] and tree[s, x, _K2] == tree[s, a, _K2] and tree[s, x, _ND] == tree[s, a, _ND]:
         return False
-    k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = k1[s, a], k2[s, a], ndm[s, a], c
+    tree[s, x, _K1], tree[s, x, _K2], tree[s, x, _ND] = tree[s, a, _K1], tree[s, a, _K2], tree[s, a, _ND]
     return True
 
 
 @njit(cache=True, inline="always")
 def _set_leaf(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
     """Class slot ``s``'s leaf of node ``nd`` (task ``i`` is of that class)."""
-    k1, k2, ndm, ct, gl = cx[_K1], cx[_K2], cx[_ND], cx[_CT], cx[_GL]
-    x = k1.shape[1] // 2 + cx[_SLOT_OF][nd]
+    tree, gl = cx[_TREE], cx[_GL]
+    x = tree.shape[1] // 2 + cx[_SLOT_OF][nd]
     if fits(i, nd, st):
         v1, v2, g = keyfn(i, nd, st, pd)
         if gl.shape[0] > 1 or gl.shape[1] > 1:
             gl[s, nd] = g
-        if k1[s, x] == v1 and k2[s, x] == v2 and ct[s, x] == 1:
+        if tree[s, x, _K1] == v1 and tree[s, x, _K2] == v2 and tree[s, x, _CT] == 1.0:
             return 0  # unchanged (random's leaves change only when the fit does)
-        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = v1, v2, nd, 1
+        tree[s, x, _K1], tree[s, x, _K2], tree[s, x, _ND], tree[s, x, _CT] = v1, v2, nd, 1.0
     else:
-        if ct[s, x] == 0 and ndm[s, x] == _EMPTY:
+        if tree[s, x, _CT] == 0.0 and tree[s, x, _ND] == _EMPTY:
             return 0
-        k1[s, x], k2[s, x], ndm[s, x], ct[s, x] = np.inf, np.inf, _EMPTY, 0
+        tree[s, x, _K1], tree[s, x, _K2], tree[s, x, _ND], tree[s, x, _CT] = np.inf, np.inf, _EMPTY, 0.0
     return x
 
 
 @njit(cache=True)
 def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
     """Bring class slot ``s``'s tree up to date with the node changes logged since its last query."""
-    k1, k2, ndm, ct = cx[_K1], cx[_K2], cx[_ND], cx[_CT]
+    tree = cx[_TREE]
     ptr, node_at, seen, token = cx[_PTR], cx[_NODE_AT], cx[_SEEN], cx[_TOKEN]
     log, logn = st[10][11], st[10][12]
-    size = k1.shape[1] // 2
+    size = tree.shape[1] // 2
     n_nodes = seen.shape[0]
     tot = logn[0]
     p0 = ptr[s]
@@ -132,7 +149,7 @@ def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
             if nd >= 0:
                 _set_leaf(keyfn, cx, s, nd, i, st, pd)
         for x in range(size - 1, 0, -1):
-            _pull(k1, k2, ndm, ct, s, x)
+            _pull(tree, s, x)
     else:
         token[0] += 1
         tk = token[0]
@@ -143,28 +160,62 @@ def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
                 continue
             seen[nd] = tk
             x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1  # 0: the leaf did not change
-            while x >= 1 and _pull(k1, k2, ndm, ct, s, x):
+            while x >= 1 and _pull(tree, s, x):
                 x >>= 1
+    ptr[s] = tot
+
+
+@njit(cache=True)
+def refresh_counts(cx, s, i, st):  # pragma: no cover - compiled
+    """``refresh`` for random's count tree (``build(counted=True)``): a leaf is 1 where its node fits;
+    a changed leaf adds its difference along its path."""
+    cnt, ptr, node_at, slot_of, seen, token = cx[_CNT], cx[_PTR], cx[_NODE_AT], cx[_SLOT_OF], cx[_SEEN], cx[_TOKEN]
+    log, logn = st[10][11], st[10][12]
+    size = cnt.shape[1] // 2
+    n_nodes = seen.shape[0]
+    tot = logn[0]
+    p0 = ptr[s]
+    if p0 < 0 or tot - p0 >= min(n_nodes, log.shape[0]):
+        for slot in range(size):
+            nd = node_at[slot]
+            cnt[s, size + slot] = 1 if nd >= 0 and fits(i, nd, st) else 0
+        for x in range(size - 1, 0, -1):
+            cnt[s, x] = cnt[s, 2 * x] + cnt[s, 2 * x + 1]
+    else:
+        token[0] += 1
+        tk = token[0]
+        cap = log.shape[0]
+        for e in range(p0, tot):
+            nd = log[e % cap]
+            if seen[nd] == tk:
+                continue
+            seen[nd] = tk
+            x = size + slot_of[nd]
+            d = (1 if fits(i, nd, st) else 0) - cnt[s, x]
+            if d != 0:
+                while x >= 1:
+                    cnt[s, x] += d
+                    x >>= 1
     ptr[s] = tot
 
 
 @njit(cache=True)
 def range_min(cx, s, lo, hi):  # pragma: no cover - compiled
     """The least ``(key1, key2, node)`` over leaf slots ``[lo, hi)`` of class slot ``s``."""
-    k1, k2, ndm = cx[_K1], cx[_K2], cx[_ND]
-    size = k1.shape[1] // 2
-    b1, b2, bn = np.inf, np.inf, _EMPTY
+    tree = cx[_TREE]
+    size = tree.shape[1] // 2
+    b1, b2, bn = np.inf, np.inf, float(_EMPTY)
     lo += size
     hi += size
     while lo < hi:
         if lo & 1:
-            if _less(k1[s, lo], k2[s, lo], ndm[s, lo], b1, b2, bn):
-                b1, b2, bn = k1[s, lo], k2[s, lo], ndm[s, lo]
+            if _less(tree[s, lo, _K1], tree[s, lo, _K2], tree[s, lo, _ND], b1, b2, bn):
+                b1, b2, bn = tree[s, lo, _K1], tree[s, lo, _K2], tree[s, lo, _ND]
             lo += 1
         if hi & 1:
             hi -= 1
-            if _less(k1[s, hi], k2[s, hi], ndm[s, hi], b1, b2, bn):
-                b1, b2, bn = k1[s, hi], k2[s, hi], ndm[s, hi]
+            if _less(tree[s, hi, _K1], tree[s, hi, _K2], tree[s, hi, _ND], b1, b2, bn):
+                b1, b2, bn = tree[s, hi, _K1], tree[s, hi, _K2], tree[s, hi, _ND]
         lo >>= 1
         hi >>= 1
     return b1, b2, bn
@@ -173,14 +224,15 @@ def range_min(cx, s, lo, hi):  # pragma: no cover - compiled
 @njit(cache=True)
 def nth(cx, s, r):  # pragma: no cover - compiled
     """The node of the ``r``-th fitting leaf (0-based, in leaf order) of class slot ``s``."""
-    ct, node_at = cx[_CT], cx[_NODE_AT]
-    size = ct.shape[1] // 2
+    cnt, node_at = cx[_CNT], cx[_NODE_AT]
+    size = cnt.shape[1] // 2
     x = 1
     while x < size:
-        if r < ct[s, 2 * x]:
+        c = cnt[s, 2 * x]
+        if r < c:
             x = 2 * x
         else:
-            r -= ct[s, 2 * x]
+            r -= c
             x = 2 * x + 1
     return node_at[x - size]
 
@@ -209,11 +261,6 @@ def _key_left(i, nd, st, pd):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _key_zero(i, nd, st, pd):  # pragma: no cover - compiled
-    return 0.0, 0.0, -1
-
-
-@njit(cache=True)
 def _key_fgd(i, nd, st, pd):  # pragma: no cover - compiled
     """``kernels._choose_fgd``'s (score, left after, GPU) of one node, with its caches."""
     v1, g = K._fgd_score(i, nd, st, pd)
@@ -230,9 +277,10 @@ def choose_best_fit(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_best_fit(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_left, cx, s, i, st, pd)
-    if cx[_CT][s, 1] == 0:
+    tree = cx[_TREE]
+    if tree[s, 1, _ND] == _EMPTY:  # no fitting node (an empty leaf loses to every fitting one)
         return -1, -1
-    cand[0] = cx[_ND][s, 1]
+    cand[0] = np.int64(tree[s, 1, _ND])
     return 0, -1
 
 
@@ -246,8 +294,8 @@ def choose_random(i, cand, nc, st, pd):  # pragma: no cover - compiled
     if s < 0:
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_random(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
-    refresh(_key_zero, cx, s, i, st, pd)
-    n = cx[_CT][s, 1]
+    refresh_counts(cx, s, i, st)
+    n = cx[_CNT][s, 1]
     if n == 0:
         return -1, -1
     cand[0] = nth(cx, s, pd[0].integers(0, n))
@@ -266,10 +314,10 @@ def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_table(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_left, cx, s, i, st, pd)
-    if cx[_CT][s, 1] == 0:
+    if cx[_TREE][s, 1, _ND] == _EMPTY:
         return -1, -1
     mstart = cx[_MSTART]
-    b1, b2, bn = np.inf, np.inf, _EMPTY
+    b1, b2, bn = np.inf, np.inf, float(_EMPTY)
     for m in range(mstart.shape[0] - 1):
         if mstart[m] == mstart[m + 1]:
             continue
@@ -279,7 +327,7 @@ def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
         v1 = table[i, m]
         if _less(v1, a1, an, b1, b2, bn):
             b1, b2, bn = v1, a1, an
-    cand[0] = bn
+    cand[0] = np.int64(bn)
     return 0, -1
 
 
@@ -293,8 +341,9 @@ def choose_fgd(i, cand, nc, st, pd):  # pragma: no cover - compiled
         nc = scan_candidates(cx, i, cand, st)
         return K._choose_fgd(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
     refresh(_key_fgd, cx, s, i, st, pd)
-    if cx[_CT][s, 1] == 0:
+    tree = cx[_TREE]
+    if tree[s, 1, _ND] == _EMPTY:
         return -1, -1
-    nd = cx[_ND][s, 1]
+    nd = np.int64(tree[s, 1, _ND])
     cand[0] = nd
     return 0, cx[_GL][s, nd]

@@ -81,7 +81,7 @@ def _indexed(policy) -> Kernel | None:
     if cls is P.BestFit:
         return Kernel(CI.choose_best_fit, INDEXED, (np.zeros(0), CI.build(inp, cluster)), ints)
     if cls is P.Random:
-        return Kernel(CI.choose_random, INDEXED, (policy.rng, CI.build(inp, cluster)), ints)
+        return Kernel(CI.choose_random, INDEXED, (policy.rng, CI.build(inp, cluster, counted=True)), ints)
     if cls in (P.EarliestFinishTime, P.Oracle):
         return Kernel(CI.choose_table, INDEXED, (_table(policy), CI.build(inp, cluster, "model")), ints)
     return Kernel(CI.choose_fgd, INDEXED, _fgd_data(policy) + (CI.build(inp, cluster, pinned_gpu=True),), ints)

@@ -82,13 +82,34 @@ def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli):  # pragma: no cover -
     x >>= 1
     while x >= 1:
         a, b = 2 * x, 2 * x + 1
-        hi_cpu[x], lo_cpu[x] = max(hi_cpu[a], hi_cpu[b]), min(lo_cpu[a], lo_cpu[b])
-        hi_mem[x], lo_mem[x] = max(hi_mem[a], hi_mem[b]), min(lo_mem[a], lo_mem[b])
+        same = True  # an entry that does not change leaves its ancestors as they are: stop there
+        v = max(hi_cpu[a], hi_cpu[b])
+        same &= hi_cpu[x] == v
+        hi_cpu[x] = v
+        v = min(lo_cpu[a], lo_cpu[b])
+        same &= lo_cpu[x] == v
+        lo_cpu[x] = v
+        v = max(hi_mem[a], hi_mem[b])
+        same &= hi_mem[x] == v
+        hi_mem[x] = v
+        v = min(lo_mem[a], lo_mem[b])
+        same &= lo_mem[x] == v
+        lo_mem[x] = v
         for g in range(G):
-            hi_gpu[x, g] = max(hi_gpu[a, g], hi_gpu[b, g])
-            lo_gpu[x, g] = min(lo_gpu[a, g], lo_gpu[b, g])
-        load_gpu[x] = min(load_gpu[a], load_gpu[b])
-        load_cpu[x] = min(load_cpu[a], load_cpu[b])
+            v = max(hi_gpu[a, g], hi_gpu[b, g])
+            same &= hi_gpu[x, g] == v
+            hi_gpu[x, g] = v
+            v = min(lo_gpu[a, g], lo_gpu[b, g])
+            same &= lo_gpu[x, g] == v
+            lo_gpu[x, g] = v
+        v = min(load_gpu[a], load_gpu[b])
+        same &= load_gpu[x] == v
+        load_gpu[x] = v
+        v = min(load_cpu[a], load_cpu[b])
+        same &= load_cpu[x] == v
+        load_cpu[x] = v
+        if same:
+            break
         x >>= 1
 
 

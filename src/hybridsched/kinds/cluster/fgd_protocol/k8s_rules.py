@@ -413,11 +413,12 @@ def _simulate(policy, tie_random, float_scores, cpu_pods_ours, idle_ours, cpu_ty
     score = np.empty(N)
     chosen_gpu = np.empty(N, dtype=np.int64)
     # FGD's score of a node for a pod shape only changes when the node does: memoised per
-    # (node, shape) with the node's version
+    # (shape, node) with the node's version (shape-major: a pod reads its shape's row over the
+    # candidate nodes in order, one cache line per 8 nodes instead of one per node)
     S = 1
     for i in range(P):
         S = max(S, p_shape[i] + 1)
-    memo_ver = np.full((N, S) if policy == FGD else (1, 1), -1, dtype=np.int64)
+    memo_ver = np.full((S, N) if policy == FGD else (1, 1), -1, dtype=np.int64)
     memo_score = np.zeros(memo_ver.shape)
     memo_gpu = np.zeros(memo_ver.shape, dtype=np.int64)
     version = np.zeros(N, dtype=np.int64)
@@ -474,14 +475,14 @@ def _simulate(policy, tie_random, float_scores, cpu_pods_ours, idle_ours, cpu_ty
                 score[j] = _clustering(n, cls, aff, total, cpu_pods_ours, idle_ours, float_scores)
             else:  # FGD
                 sh = p_shape[i]
-                if memo_ver[n, sh] != version[n]:
+                if memo_ver[sh, n] != version[n]:
                     s, gsel = _fgd_node(n, c, k, m, cpu_left, gpu_left, n_gpu, node_bit, GE, LT, frag, t_cpu, t_milli,
                                         t_k, t_mask, t_w, cpu_typ_ours, float_scores)
-                    memo_score[n, sh] = s
-                    memo_gpu[n, sh] = gsel
-                    memo_ver[n, sh] = version[n]
-                score[j] = memo_score[n, sh]
-                chosen_gpu[j] = memo_gpu[n, sh]
+                    memo_score[sh, n] = s
+                    memo_gpu[sh, n] = gsel
+                    memo_ver[sh, n] = version[n]
+                score[j] = memo_score[sh, n]
+                chosen_gpu[j] = memo_gpu[sh, n]
         if policy == BESTFIT and not float_scores:  # R6: NormalizeScore
             hi = -1.0e300
             lo = 1.0e300
