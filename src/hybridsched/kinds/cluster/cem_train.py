@@ -72,20 +72,29 @@ class Scenario:
     rate: float
 
 
-def draw_scenarios(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: ClusterCEMSettings,
-                   n: int, seed: int) -> list[Scenario]:
-    """``n`` windows of the training split with scaled arrival rates (seeded)."""
+def draw_windows(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, n: int, seed: int, *,
+                 min_pods: int, max_pods: int, low: float, high: float, scale: float = 1.0) -> list[Scenario]:
+    """``n`` seeded windows of the training split (random length and start, shifted to 0), each
+    with its arrivals divided by ``scale x U(low, high)``; the queue mode's trainer draws loads
+    with ``scale`` its base rate."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        size = int(rng.integers(min(s.min_pods, len(train)), min(s.max_pods, len(train)) + 1))
+        size = int(rng.integers(min(min_pods, len(train)), min(max_pods, len(train)) + 1))
         start = int(rng.integers(0, len(train) - size + 1))
-        rate = float(rng.uniform(s.min_rate, s.max_rate))
+        rate = scale * float(rng.uniform(low, high))
         pods = train.subset(np.arange(start, start + size))
         pods.arrival = (pods.arrival - pods.arrival[0]) / rate
         inp = run_inputs(pods, cluster)
         out.append(Scenario(inp, _mean_jct(inp, cluster, eft), start, size, rate))
     return out
+
+
+def draw_scenarios(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: ClusterCEMSettings,
+                   n: int, seed: int) -> list[Scenario]:
+    """``n`` windows of the training split with scaled arrival rates (seeded)."""
+    return draw_windows(train, cluster, eft, n, seed, min_pods=s.min_pods, max_pods=s.max_pods,
+                        low=s.min_rate, high=s.max_rate)
 
 
 def _mean_jct(inp: RunInputs, cluster: NodeCluster, policy) -> float:

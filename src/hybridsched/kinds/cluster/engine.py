@@ -61,6 +61,22 @@ class NodeTrace:
         })
 
 
+def checked_choice(policy, i: int, cand: np.ndarray, state: ClusterState, inp: RunInputs) -> tuple[int, np.ndarray]:
+    """The node and GPUs ``policy`` picks for pod ``i`` among the feasible nodes ``cand``
+    (best-fit GPUs when it leaves them to the engine); one line naming the policy if the
+    choice cannot hold the pod."""
+    pos = int(policy.choose(i, cand, state))
+    if not 0 <= pos < len(cand):
+        raise HybridschedError(f"policy {policy.name!r} chose position {pos} of {len(cand)} feasible nodes")
+    nd = int(cand[pos])
+    gp = policy.gpus(i, nd, state)
+    gp = best_fit_gpus(state, nd, int(inp.k[i]), inp.p[i]) if gp is None else np.asarray(gp, dtype=np.int64)
+    if len(gp) != inp.k[i] or len(set(gp.tolist())) != len(gp) or np.any(state.gpu_free[nd, gp] < inp.p[i]):
+        raise HybridschedError(f"policy {policy.name!r} chose GPUs {gp.tolist()} of node {nd} that cannot hold "
+                               f"task {inp.tasks.name[i]!r}")
+    return nd, gp
+
+
 def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | None = None,
              compiled: bool = True) -> NodeTrace:
     """Run ``policy`` (see ``policies.py``) on the tasks; every task must fit some node of
@@ -97,15 +113,7 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
     q_keys = np.zeros(0)
 
     def place(i: int, cand: np.ndarray) -> None:
-        pos = int(policy.choose(i, cand, state))
-        if not 0 <= pos < len(cand):
-            raise HybridschedError(f"policy {policy.name!r} chose position {pos} of {len(cand)} feasible nodes")
-        nd = int(cand[pos])
-        gp = policy.gpus(i, nd, state)
-        gp = best_fit_gpus(state, nd, int(inp.k[i]), inp.p[i]) if gp is None else np.asarray(gp, dtype=np.int64)
-        if len(gp) != inp.k[i] or len(set(gp.tolist())) != len(gp) or np.any(state.gpu_free[nd, gp] < inp.p[i]):
-            raise HybridschedError(f"policy {policy.name!r} chose GPUs {gp.tolist()} of node {nd} that cannot hold "
-                                   f"task {inp.tasks.name[i]!r}")
+        nd, gp = checked_choice(policy, i, cand, state, inp)
         state.take(nd, gp, inp.cpu[i], inp.mem[i], inp.p[i], -1.0)
         state.n_running += 1
         rt = inp.run_time[i, cluster.node_model[nd]]

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.cluster.engine import NodeTrace
+from hybridsched.kinds.cluster.engine import NodeTrace, checked_choice
 from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, fits_any_node, fits_empty
-from hybridsched.kinds.cluster.state import ClusterState, best_fit_gpus
+from hybridsched.kinds.cluster.state import ClusterState
 
 BACKFILL = ("easy", "greedy", "none")
 
@@ -116,16 +116,7 @@ def simulate_queue(inp: RunInputs, cluster: NodeCluster, policy, order: QueueOrd
     queue: list[int] = []  # pending pods, arrival order
 
     def choose(i: int, cand: np.ndarray) -> tuple[int, np.ndarray]:
-        pos = int(policy.choose(i, cand, state))
-        if not 0 <= pos < len(cand):
-            raise HybridschedError(f"policy {policy.name!r} chose position {pos} of {len(cand)} feasible nodes")
-        nd = int(cand[pos])
-        gp = policy.gpus(i, nd, state)
-        gp = best_fit_gpus(state, nd, int(inp.k[i]), inp.p[i]) if gp is None else np.asarray(gp, dtype=np.int64)
-        if len(gp) != inp.k[i] or len(set(gp.tolist())) != len(gp) or np.any(state.gpu_free[nd, gp] < inp.p[i]):
-            raise HybridschedError(f"policy {policy.name!r} chose GPUs {gp.tolist()} of node {nd} that cannot hold "
-                                   f"task {inp.tasks.name[i]!r}")
-        return nd, gp
+        return checked_choice(policy, i, cand, state, inp)
 
     def commit(i: int, nd: int, gp: np.ndarray) -> None:
         state.take(nd, gp, inp.cpu[i], inp.mem[i], inp.p[i], -1.0)

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.cluster.engine import simulate
-from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, run_inputs
+from hybridsched.kinds.cluster.cem_train import Scenario, draw_windows
+from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.policies import EarliestFinishTime
 from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
 from hybridsched.kinds.cluster.queue_order import FEATURES, LearnedOrder
@@ -62,32 +62,11 @@ class QueueTrainSettings:
             raise HybridschedError(f"queue training: {k} = {v!r} is out of range")
 
 
-@dataclass
-class Scenario:
-    """One training window: run inputs, its load, and eft's mean JCT on it."""
-
-    inp: RunInputs
-    eft_jct: float
-    start: int
-    pods: int
-    load: float
-
-
 def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
                    n: int, seed: int) -> list[Scenario]:
     """``n`` seeded windows of the training split, each at a load drawn from the mixture."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        size = int(rng.integers(min(s.min_pods, len(train_pods)), min(s.max_pods, len(train_pods)) + 1))
-        start = int(rng.integers(0, len(train_pods) - size + 1))
-        load = float(rng.uniform(s.min_load, s.max_load))
-        pods = train_pods.subset(np.arange(start, start + size))
-        pods.arrival = (pods.arrival - pods.arrival[0]) / (s.base_rate * load)
-        inp = run_inputs(pods, cluster)
-        tr = simulate(inp, cluster, eft)
-        out.append(Scenario(inp, float(np.mean(tr.end - inp.arrival)), start, size, load))
-    return out
+    return draw_windows(train_pods, cluster, eft, n, seed, min_pods=s.min_pods, max_pods=s.max_pods,
+                        low=s.min_load, high=s.max_load, scale=s.base_rate)
 
 
 def queue_cost(theta: np.ndarray, scenarios: list[Scenario], cluster: NodeCluster, node_policy,

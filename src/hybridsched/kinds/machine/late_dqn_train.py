@@ -29,7 +29,7 @@ from hybridsched.devices import Cluster
 from hybridsched.io import write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
 from hybridsched.kinds.machine.engine import task_matrix
-from hybridsched.kinds.machine.late_engine import _run_late
+from hybridsched.kinds.machine.late_engine import _run_late, run_loop
 from hybridsched.kinds.machine.policies.base import fraction_grid
 from hybridsched.kinds.machine.policies.late import EFTLate
 from hybridsched.kinds.machine.policies.late_dqn import (
@@ -123,18 +123,7 @@ def run_episode(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int,
         times.append(float(t))
         return int(ck[a]), int(cd[a]), float(cf[a]), g
 
-    n = len(tasks)
-    has_parents = np.diff(tasks.parent_ptr) > 0
-    root_order = np.flatnonzero(~has_parents).astype(np.int64)
-    child_ptr, child_idx = tasks.children_csr()
-    pending = np.diff(tasks.parent_ptr).astype(np.int64)
-    ready = tasks.arrival.astype(np.float64).copy()
-    nan = np.full(n, np.nan)
-    out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(), gs=nan.copy(),
-               ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
-    _run_late.py_func(pick, X, pdata, params, tasks.arrival, real.cpu_factor, real.gpu_factor, cluster.launch_s,
-                      cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, root_order, child_ptr, child_idx,
-                      pending, ready, *out.values())
+    _, _, out = run_loop(_run_late.py_func, pick, X, pdata, params, tasks, cluster, real)
     m = float(np.mean(pdata[:, 0]))
     rewards = decision_rewards(np.asarray(times), tasks.arrival, out["end"], m)
     return feats, acts, rewards, out["end"]

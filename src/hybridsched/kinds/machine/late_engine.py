@@ -190,6 +190,25 @@ def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w
     return done
 
 
+def run_loop(loop, pick, X: np.ndarray, pdata: np.ndarray, params, tasks: TaskTable, cluster: Cluster,
+             realization: Realization) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """Run the late loop (``_run_late`` or its ``py_func``) with ``pick`` on ``tasks``:
+    ``(tasks done, ready times, output columns)``; trainers call it with their own ``pick``."""
+    n = len(tasks)
+    has_parents = np.diff(tasks.parent_ptr) > 0
+    root_order = np.flatnonzero(~has_parents).astype(np.int64)  # rows are sorted by arrival
+    child_ptr, child_idx = tasks.children_csr()
+    pending = np.diff(tasks.parent_ptr).astype(np.int64)
+    ready = tasks.arrival.astype(np.float64).copy()
+    nan = np.full(n, np.nan)
+    out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(), gs=nan.copy(),
+               ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
+    done = loop(pick, X, pdata, params, tasks.arrival, realization.cpu_factor, realization.gpu_factor, cluster.launch_s,
+                cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, root_order, child_ptr, child_idx, pending,
+                ready, *out.values())
+    return int(done), ready, out
+
+
 def simulate_late(tasks: TaskTable, cluster: Cluster, policy, realization: Realization, compiled: bool = True) -> Trace:
     """Run a late-dispatch ``policy`` (one with a ``pick_kernel``) on ``tasks``; same inputs, same trace."""
     kernel = getattr(type(policy), "pick_kernel", None)
@@ -201,18 +220,8 @@ def simulate_late(tasks: TaskTable, cluster: Cluster, policy, realization: Reali
     X = task_matrix(tasks, cluster)
     policy.prepare(tasks, cluster, X)
     pdata, params = policy.kernel_data()
-    has_parents = np.diff(tasks.parent_ptr) > 0
-    root_order = np.flatnonzero(~has_parents).astype(np.int64)  # rows are sorted by arrival
-    child_ptr, child_idx = tasks.children_csr()
-    pending = np.diff(tasks.parent_ptr).astype(np.int64)
-    ready = tasks.arrival.astype(np.float64).copy()
-    nan = np.full(n, np.nan)
-    out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(), gs=nan.copy(),
-               ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
     loop, pick = (_run_late, kernel) if compiled else (_run_late.py_func, kernel.py_func)
-    done = loop(pick, X, pdata, params, tasks.arrival, realization.cpu_factor, realization.gpu_factor, cluster.launch_s,
-                cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, root_order, child_ptr, child_idx, pending,
-                ready, *out.values())
+    done, ready, out = run_loop(loop, pick, X, pdata, params, tasks, cluster, realization)
     if done != n:
         raise RuntimeError(f"late engine finished {done} of {n} tasks")  # unreachable for acyclic input
     o = out
