@@ -61,19 +61,28 @@ POLICIES = (P.NodePolicy, P.RoundRobin, P.Greedy, P.BestFit, P.FragmentationGrad
             P.Oracle, lambda: ScoredEFT(node={"rank": 0.5, "frag": 1.0}, queue={"aging": 1.0}))
 
 
-@needs_traces
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nodes=st.lists(node_st, min_size=1, max_size=4), tasks=st.lists(task_st, min_size=1, max_size=40))
-def test_never_above_any_policy(nodes, tasks):
+def random_case(nodes, tasks):
+    """A drawn cluster and the drawn pods that fit some empty node: ``(table, cluster, pods,
+    run inputs)``, or None when no pod fits."""
     table = _nodes(nodes)
     models = sorted({str(x) for x in table.model if x})
     cluster = NodeCluster.build(table, speed_table(GAVEL, models or ["T4"], "G2"))
     pods = _pods(tasks)
     keep = np.flatnonzero(fits_empty(run_inputs(pods, cluster), cluster).any(axis=1))
     if len(keep) == 0:
-        return
+        return None
     pods = pods.subset(keep)
-    inp = run_inputs(pods, cluster)
+    return table, cluster, pods, run_inputs(pods, cluster)
+
+
+@needs_traces
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.lists(node_st, min_size=1, max_size=4), tasks=st.lists(task_st, min_size=1, max_size=40))
+def test_never_above_any_policy(nodes, tasks):
+    case = random_case(nodes, tasks)
+    if case is None:
+        return
+    _, cluster, pods, inp = case
     bound = contention_bound(inp, cluster)
     assert bound >= lower_bound(inp, cluster).mean_latency - 1e-9
     for make in POLICIES:

@@ -18,26 +18,14 @@ from hybridsched.kinds.cluster.bounds import lower_bound
 from hybridsched.kinds.cluster.cem import ScoredEFT
 from hybridsched.kinds.cluster.engine import simulate
 from hybridsched.kinds.cluster.metrics import check_trace
-from hybridsched.kinds.cluster.nodes import NodeCluster, fits_empty, run_inputs
 from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
 from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
-from hybridsched.kinds.cluster.speeds import speed_table
-from tests.cluster.test_compiled_engine import GAVEL, needs_traces, node_st, task_st
-from tests.cluster.test_contention_bound import _nodes, _pods
+from tests.cluster.test_compiled_engine import needs_traces, node_st, task_st
+from tests.cluster.test_contention_bound import random_case
 
 weights_st = st.lists(st.floats(-3, 3), min_size=len(FEATURES), max_size=len(FEATURES))
 
 
-def _case(nodes, tasks):
-    table = _nodes(nodes)
-    models = sorted({str(x) for x in table.model if x})
-    cluster = NodeCluster.build(table, speed_table(GAVEL, models or ["T4"], "G2"))
-    pods = _pods(tasks)
-    keep = np.flatnonzero(fits_empty(run_inputs(pods, cluster), cluster).any(axis=1))
-    if len(keep) == 0:
-        return None
-    pods = pods.subset(keep)
-    return table, cluster, pods, run_inputs(pods, cluster)
 
 
 def _order(name: str, weights):
@@ -50,7 +38,7 @@ def _order(name: str, weights):
        order=st.sampled_from(sorted(ORDERS)), backfill=st.sampled_from(BACKFILL), weights=weights_st,
        node=st.sampled_from(["eft", "scored"]))
 def test_every_order_and_rule_passes_the_audit_and_the_bound(nodes, tasks, order, backfill, weights, node):
-    case = _case(nodes, tasks)
+    case = random_case(nodes, tasks)
     if case is None:
         return
     table, cluster, pods, inp = case
@@ -69,7 +57,7 @@ def test_every_order_and_rule_passes_the_audit_and_the_bound(nodes, tasks, order
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.lists(node_st, min_size=1, max_size=6), tasks=st.lists(task_st, min_size=1, max_size=40))
 def test_greedy_shortest_first_is_the_default_engines_eft(nodes, tasks):
-    case = _case(nodes, tasks)
+    case = random_case(nodes, tasks)
     if case is None:
         return
     _, cluster, pods, inp = case
@@ -88,7 +76,7 @@ def test_greedy_shortest_first_is_the_default_engines_eft(nodes, tasks):
 def test_easy_with_exact_predictions_never_delays_the_head_past_its_reservation(nodes, tasks, node):
     """FIFO order (a new arrival never overtakes the head) and predictions = true run times:
     a pod that was reserved starts no later than its first reservation."""
-    case = _case(nodes, tasks)
+    case = random_case(nodes, tasks)
     if case is None:
         return
     table, cluster, pods, inp = case
@@ -106,7 +94,7 @@ def test_easy_differs_from_greedy_and_reruns_identically():
     them for the reserved head; the same run twice gives the same trace."""
     tasks = [(0.0, 100.0, 4, 1000, 500, 512, ""), (1.0, 50.0, 8, 1000, 500, 512, ""),
              (2.0, 500.0, 4, 1000, 500, 512, "")]
-    table, cluster, pods, inp = _case([(8, "V100M16", 64000, 65536)], tasks)
+    table, cluster, pods, inp = random_case([(8, "V100M16", 64000, 65536)], tasks)
     eft = P.EarliestFinishTime()
     eft.fit(pods)
     greedy = simulate_queue(inp, cluster, eft, ORDERS["fifo"](), "greedy").trace
