@@ -28,7 +28,7 @@ import pandas as pd
 
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
-from hybridsched.io import write_frame, write_json, write_text
+from hybridsched.io import without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.kinds.machine.sim import simulate
@@ -216,6 +216,8 @@ def scenario_jobs(workloads: dict[str, dict[str, Any]], cluster: Cluster, s: Sce
 
     jobs: list[tuple[str, TaskTable, int, dict[str, Any]]] = []
     for name, w in workloads.items():
+        if w.get("kind", "machine") != "machine":
+            raise HybridschedError(f"scenarios.workloads.{name}.kind: must be 'machine', got {w['kind']!r}")
         if s.max_tasks is not None:
             w = {**w, "n_train": min(int(w["n_train"]), s.max_tasks), "n_test": min(int(w["n_test"]), s.max_tasks)}
         _, test = generate_splits(w, cpu_gflops=cluster.cpu_gflops)
@@ -267,13 +269,13 @@ def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: di
         frames = [_run_job(a) for a in args]
     for df in frames:
         b = df.iloc[0]
-        print(f"scenarios: {b['scenario']}: LP {b['bound_lp']:.4g} s, best {df['mean_latency'].min():.4g} s "
+        print(f"scenarios: {b['scenario']}: bound {b['bound']:.4g} s (LP {b['bound_lp']:.4g}), best {df['mean_latency'].min():.4g} s "
               f"({df.loc[df['mean_latency'].idxmin(), 'policy']})")
     main = [f for f in frames if f["kind"].iloc[0] != "sweep"]
     swept = [f for f in frames if f["kind"].iloc[0] == "sweep"]
     metrics = verdicts(ratios(main, s.learned), s)
-    metrics["wall_seconds"] = round(time.perf_counter() - t0, 1)
     write_outputs(main, swept, metrics, s, out, plots)
+    metrics["wall_s"] = round(time.perf_counter() - t0, 1)  # printed and tracked, not in the committed json
     return metrics
 
 
@@ -323,7 +325,7 @@ def write_outputs(main: list[pd.DataFrame], swept: list[pd.DataFrame], metrics: 
         write_text(d / "load_sweep_summary.md", wide(swept) + "\n" + summary(swept, s.learned))
         paths.append(d / "load_sweep_summary.md")
     paths += plot_ratios(r, s, plots)
-    write_json(out / "scenarios.json", metrics)
+    write_json(out / "scenarios.json", without_timings(metrics))
     return [*paths, out / "scenarios.json"]
 
 
@@ -387,20 +389,3 @@ def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]
     plt.close(fig)
     return [csv, png]
 
-
-def write_not_applicable(out: Path, plots: Path, reason: str) -> dict[str, Any]:
-    """The stage's outputs for a kind without this report: every declared file, saying why."""
-    from hybridsched.not_applicable import write_placeholders
-
-    d = out / "scenarios"
-    d.mkdir(parents=True, exist_ok=True)
-    for name in ("table.csv", "summary.csv"):
-        write_text(d / name, "scenario\n")
-    for name in ("wide.md", "summary.md"):
-        write_text(d / name, f"scenarios: {reason}\n")
-    write_text(plots / "scenarios.csv", "scenario,series,ratio\n")
-    write_placeholders([plots / "scenarios.png"], f"scenarios {reason}")
-    metrics = {"skipped": reason}
-    write_json(out / "scenarios.json", metrics)
-    print(f"scenarios: {reason}")
-    return metrics
