@@ -345,6 +345,7 @@ def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]
     """``scenarios.csv`` (long: scenario, series, ratio; for ``dvc plots``) and ``scenarios.png``:
     each learned policy ÷ the best heuristic of its mode, and the best policy × the LP bound."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -379,6 +380,10 @@ def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]
         if name in set(r["scenario"]):
             i = int(np.flatnonzero(r["scenario"].to_numpy() == name)[0])
             b.plot([i - 0.4, i + 0.4], [limit, limit], "r--", lw=1)
+    b.set_yscale("log")
+    b.set_ylim(bottom=1.0)
+    b.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    b.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if v in (2, 3, 5) else ""))
     b.set_xticks(x, r["scenario"], rotation=45, ha="right")
     b.set_ylabel("best policy's mean latency × LP bound (red: target)")
     for ax in (a, b):
