@@ -269,7 +269,8 @@ def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: di
         frames = [_run_job(a) for a in args]
     for df in frames:
         b = df.iloc[0]
-        print(f"scenarios: {b['scenario']}: bound {b['bound']:.4g} s (LP {b['bound_lp']:.4g}), best {df['mean_latency'].min():.4g} s "
+        lp = "off" if pd.isna(b["bound_lp"]) else f"{b['bound_lp']:.4g}"
+        print(f"scenarios: {b['scenario']}: bound {b['bound']:.4g} s (LP {lp}), best {df['mean_latency'].min():.4g} s "
               f"({df.loc[df['mean_latency'].idxmin(), 'policy']})")
     main = [f for f in frames if f["kind"].iloc[0] != "sweep"]
     swept = [f for f in frames if f["kind"].iloc[0] == "sweep"]
