@@ -113,10 +113,25 @@ def test_another_kind_writes_not_applicable_outputs(tmp_path):
         assert (out / f).is_file(), f
 
 
-def test_a_missing_learned_model_is_one_line_before_any_work(tmp_path):
-    with pytest.raises(HybridschedError, match=r"policies.machine.dqn_late.model_dir: no trained model in .*nowhere"):
-        _stage(tmp_path, f"policies.machine.dqn_late.model_dir={tmp_path / 'nowhere'}")
-    assert not (tmp_path / "metrics" / "scenarios.json").exists()
+def test_a_missing_learned_model_is_one_line_before_any_work(tmp_path, capsys):
+    """Through the stage script's path (run_stage): one line naming the setting, exit 1,
+    nothing written."""
+    from hydra import compose, initialize_config_dir
+
+    from stages.common import run_stage
+    from stages.scenarios import scenarios
+    from tests.runs import CONF
+
+    over = ["tracking.enabled=false", *outputs_in(tmp_path), *TINY, f"cem.model_dir={_cem_model(tmp_path)}",
+            f"policies.machine.dqn_late.model_dir={tmp_path / 'nowhere'}"]
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=over)
+    with pytest.raises(SystemExit) as e:
+        run_stage(scenarios, cfg)
+    assert e.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: policies.machine.dqn_late.model_dir: no trained model in {tmp_path / 'nowhere'}"]
+    assert not (tmp_path / "metrics").exists()
 
 
 @pytest.mark.parametrize("override, message", [
