@@ -83,15 +83,19 @@ def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
     """The issue's targets from one frame per scenario: the best learned policy against the best
     heuristic of *its own* mode, and the best policy against the bound."""
     def frame(name, lat, bound):
-        modes = {"eft": "arrival", "cem": "arrival", "eft_late": "late", "cem_late": "late"}
+        modes = {"eft": "arrival", "cem": "arrival", "eft_late": "late", "cem_late": "late", "other": "late"}
         return pd.DataFrame({"scenario": name, "policy": list(lat), "dispatch": [modes[p] for p in lat],
                              "mean_latency": list(lat.values()), "bound": bound})
 
     frames = [frame("default", {"eft": 1.0, "cem": 0.95, "eft_late": 0.8, "cem_late": 0.7}, 0.5),  # cem_late 0.875
               frame("shifted", {"eft": 1.0, "cem": 0.85, "eft_late": 0.5, "cem_late": 0.6}, 0.2),  # cem 0.85 (arrival)
-              frame("dag", {"eft": 1.0, "cem": 0.95, "eft_late": 0.9, "cem_late": 0.99}, 0.3)]
-    r = ratios(frames, learned=("cem", "cem_late"))
+              # a policy in neither list: not a heuristic (the late bar stays eft_late), but the best policy
+              frame("dag", {"eft": 1.0, "cem": 0.95, "eft_late": 0.9, "cem_late": 0.99, "other": 0.6}, 0.3)]
+    r = ratios(frames, learned=("cem", "cem_late"), heuristics=("eft", "eft_late"))
     assert r.set_index("scenario")["best_learned"].to_dict() == {"default": "cem_late", "shifted": "cem", "dag": "cem"}
+    dag = r.set_index("scenario").loc["dag"]
+    assert dag["best_late_heuristic"] == "eft_late" and dag["cem_late_vs_heuristic"] == pytest.approx(1.1)
+    assert dag["best_policy"] == "other" and dag["best_policy_x_bound"] == pytest.approx(2.0)
     s = ScenarioSettings(learned=("cem", "cem_late"), learned_scenarios=2)
     m = verdicts(r, s)
     assert m["learned_within_ratio"] == 2 and m["learned_within_ratio_scenarios"] == ["default", "shifted"]

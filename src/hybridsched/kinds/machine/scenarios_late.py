@@ -79,9 +79,10 @@ def evaluate(name: str, tasks: TaskTable, cluster: Cluster, seed: int, pols: Fac
     return df
 
 
-def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED) -> pd.DataFrame:
-    """One row per scenario, numbers only: the bound, the best heuristic of each mode (every
-    policy not in ``learned`` is a heuristic; its mode is the policy's ``dispatch``), each
+def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED,
+           heuristics: Sequence[str] = (*ARRIVAL, *LATE)) -> pd.DataFrame:
+    """One row per scenario, numbers only: the bound, the best of ``heuristics`` in each mode (a
+    policy's mode is its ``dispatch``; a policy in neither list only counts as the best policy), each
     learned policy's latency and its ratio to the best heuristic of its own mode, the best
     learned ratio and the best policy × the bound."""
     rows = []
@@ -92,7 +93,7 @@ def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED) -> 
         row: dict[str, Any] = {"scenario": df["scenario"].iloc[0], "bound": b}
         best: dict[str, float] = {}
         for mode in ("arrival", "late"):
-            h = m[(d["dispatch"] == mode) & ~d.index.isin(list(learned))]
+            h = m[(d["dispatch"] == mode) & d.index.isin(list(heuristics))]
             row[f"best_{mode}_heuristic"] = h.idxmin() if len(h) else None
             row[f"best_{mode}"] = best[mode] = float(h.min()) if len(h) else float("nan")
         row["late_vs_arrival"] = best["late"] / best["arrival"]
@@ -112,11 +113,12 @@ def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED) -> 
     return pd.DataFrame(rows)
 
 
-def summary(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED) -> str:
+def summary(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED,
+            heuristics: Sequence[str] = (*ARRIVAL, *LATE)) -> str:
     """One markdown row per scenario: LP bound, best heuristic per mode, learned per mode (÷ the
     best heuristic of its own mode) and the best policy × the bound."""
     rows = []
-    for r in ratios(frames, learned).to_dict(orient="records"):
+    for r in ratios(frames, learned, heuristics).to_dict(orient="records"):
         row = {"scenario": r["scenario"], "LP bound": r["bound"],
                "best arrival heuristic": f"{r['best_arrival']:.4g} ({r['best_arrival_heuristic']})",
                "best late heuristic": f"{r['best_late']:.4g} ({r['best_late_heuristic']})",
@@ -199,7 +201,7 @@ def factories(specs: dict[str, dict[str, Any]], names: Sequence[str]) -> Factori
         raise HybridschedError(f"scenarios: unknown machine policy name(s) {unknown}; known: {sorted(specs)}")
     for n in names:
         d = specs[n].get("model_dir")
-        if d is not None and not (Path(d) / "model.json").is_file() and not (Path(d) / "theta.json").is_file():
+        if d is not None and not (Path(d).is_dir() and any(Path(d).iterdir())):
             raise HybridschedError(f"policies.machine.{n}.model_dir: no trained model in {d}")
 
     def make(name: str) -> Callable[[], Any]:
@@ -274,7 +276,7 @@ def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: di
               f"({df.loc[df['mean_latency'].idxmin(), 'policy']})")
     main = [f for f in frames if f["kind"].iloc[0] != "sweep"]
     swept = [f for f in frames if f["kind"].iloc[0] == "sweep"]
-    metrics = verdicts(ratios(main, s.learned), s)
+    metrics = verdicts(ratios(main, s.learned, s.heuristics), s)
     write_outputs(main, swept, metrics, s, out, plots)
     metrics["wall_s"] = round(time.perf_counter() - t0, 1)  # printed and tracked, not in the committed json
     return metrics
@@ -316,14 +318,14 @@ def write_outputs(main: list[pd.DataFrame], swept: list[pd.DataFrame], metrics: 
     d.mkdir(parents=True, exist_ok=True)
     paths = [d / "table.csv", d / "summary.csv", d / "wide.md", d / "summary.md"]
     write_frame(paths[0], pd.concat([*main, *swept], ignore_index=True))
-    r = ratios(main, s.learned)
+    r = ratios(main, s.learned, s.heuristics)
     write_frame(paths[1], r)
     write_text(paths[2], wide(main))
-    write_text(paths[3], summary(main, s.learned) + "\n" + verdict_lines(metrics))
+    write_text(paths[3], summary(main, s.learned, s.heuristics) + "\n" + verdict_lines(metrics))
     if swept:
         table = pd.concat(swept, ignore_index=True)
         paths += write_sweep(table, d, f"late against arrival dispatch, default task mix, {s.sweep_tasks} tasks per load")
-        write_text(d / "load_sweep_summary.md", wide(swept) + "\n" + summary(swept, s.learned))
+        write_text(d / "load_sweep_summary.md", wide(swept) + "\n" + summary(swept, s.learned, s.heuristics))
         paths.append(d / "load_sweep_summary.md")
     paths += plot_ratios(r, s, plots)
     write_json(out / "scenarios.json", without_timings(metrics))
