@@ -26,10 +26,7 @@ and grid give the same bound), so re-running with another model only simulates. 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +34,19 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
-from hybridsched.io import write_frame, write_json, write_text
+from hybridsched.io import write_json, write_text
 from hybridsched.kinds.base import instantiate
-from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.devices import cluster_from_config
 from hybridsched.kinds.machine.scenarios import heldout_workloads
+# the table's code is the scenarios stage's (the pipeline measures the same numbers)
+from hybridsched.kinds.machine.scenarios_late import ARRIVAL, LATE, evaluate, markdown, summary, wide
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
 # the learned late models behind docs/machine.md's figures (small JSON, committed: models/ is
 # DVC's); the training commands in the module docstring rewrite them
 MODELS = "benchmarks/late_models"
-ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda")
-LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain")
 
 
 def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_model: str = "") -> dict[str, Any]:
@@ -68,59 +64,6 @@ def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_
 
         out["dqn_late"] = lambda: DQNLate(model_dir=dqn_late_model)
     return out
-
-
-def bound_of(tasks, cluster, real, lp: LPSettings | None, cache: Path) -> dict[str, float]:
-    """The lower bounds (cached by scenario and LP grid)."""
-    key = {"n": len(tasks), "lp": None if lp is None else asdict(lp)}
-    if cache.is_file():
-        b = json.loads(cache.read_text())
-        if b.get("key") == key:
-            return b
-    b = {**asdict(lower_bound(tasks, cluster, real, lp)), "key": key}
-    write_json(cache, b)
-    return b
-
-
-def evaluate(name: str, tasks, cluster, seed: int, pols: dict[str, Any], lp, out: Path) -> pd.DataFrame:
-    real = cluster.sample_noise(len(tasks), np.random.default_rng(seed))
-    t0 = time.perf_counter()
-    b = bound_of(tasks, cluster, real, lp, out / f"{name}_bound.json")
-    rows = []
-    for pname, make in pols.items():
-        policy = make()
-        tr = simulate(tasks, cluster, policy, real)
-        lat = tr.end - tr.arrival
-        rows.append({"scenario": name, "policy": pname, "dispatch": getattr(policy, "dispatch", "arrival"),
-                     "mean_latency": float(lat.mean()), "p99_latency": float(np.percentile(lat, 99))})
-    df = pd.DataFrame(rows).assign(bound_lp=b["mean_latency_lp"], bound_solo=b["mean_latency_solo"], bound=b["mean_latency"])
-    write_frame(out / f"{name}.csv", df)
-    print(f"{name}: {time.perf_counter() - t0:.0f} s (LP {b['mean_latency_lp']:.4g} s)")
-    print(df[["policy", "mean_latency", "p99_latency"]].round(4).to_string(index=False))
-    return df
-
-
-def summary(frames: list[pd.DataFrame]) -> str:
-    """One row per scenario: LP bound, best heuristic per mode, learned per mode and the ratios."""
-    rows = []
-    for df in frames:
-        m = df.set_index("policy")["mean_latency"]
-        arr = m[[p for p in ARRIVAL if p in m]]
-        late = m[[p for p in LATE if p in m]]
-        b = float(df["bound"].iloc[0])
-        row = {"scenario": df["scenario"].iloc[0], "LP bound": b,
-               "best arrival heuristic": f"{arr.min():.4g} ({arr.idxmin()})",
-               "best late heuristic": f"{late.min():.4g} ({late.idxmin()})",
-               "late ÷ arrival (best heuristics)": round(late.min() / arr.min(), 3)}
-        if "cem" in m:
-            row["cem (arrival)"] = f"{m['cem']:.4g} ({m['cem'] / arr.min():.3f}×)"
-        for name in ("cem_late", "dqn_late"):
-            if name in m:
-                row[f"{name} (late)"] = f"{m[name]:.4g} ({m[name] / late.min():.3f}×)"
-        best = m.min()
-        row["best policy × LP"] = f"{best / b:.2f} ({m.idxmin()})"
-        rows.append(row)
-    return markdown(pd.DataFrame(rows))
 
 
 def sweep(cfg: dict[str, Any], pols: dict[str, Any], loads: list[float], n_tasks: int, lp, out: Path) -> list[pd.DataFrame]:
@@ -214,24 +157,6 @@ def gantt(cfg: dict[str, Any], pols: dict[str, Any], names: list[str], path: Pat
         traces[f"{k + 1}. {n} (mean latency {float(lat.mean()):.3f} s over the run)"] = tr.to_frame()
     print(f"gantt: {path} window [{start:g}, {start + 60:g}] s")
     return plot_gantt(traces, path, window_s=60.0, start=start, n_devices=cluster.n_devices)
-
-
-def wide(frames: list[pd.DataFrame]) -> str:
-    """Mean latency of every policy per scenario, with the LP bound, as a markdown table."""
-    rows = []
-    for df in frames:
-        m = df.set_index("policy")["mean_latency"]
-        rows.append({"scenario": df["scenario"].iloc[0], "LP bound": float(df["bound"].iloc[0]),
-                     **{k: float(v) for k, v in m.items()}})
-    return markdown(pd.DataFrame(rows))
-
-
-def markdown(df: pd.DataFrame) -> str:
-    """A plain markdown table (no tabulate: its version check fails in some environments)."""
-    fmt = [lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)]
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(fmt[0](v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
 
 
 def tune_late(trials: int, out: Path) -> dict[str, Any]:

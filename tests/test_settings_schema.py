@@ -59,7 +59,7 @@ BAD = [
      "size_range, slo, split, test_fraction, time_column, time_compression, tokens_per_sample, trace_path, "
      "untimed_duration_s"),
     (["+foo=1"], "foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
-                 "paths, policies, policy, profile, rf, serving, sim, tracking, tune, use_tuned, workload"),
+                 "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, tune, use_tuned, workload"),
     # issue 20: serving settings
     (["workload=serving", "serving.lanes=0"], "serving.lanes: must be an integer >= 1, got 0"),
     (["workload=serving", "serving.max_batch=0"], "serving.max_batch: must be an integer >= 1, got 0"),
@@ -155,7 +155,7 @@ def test_check_stage_refuses_a_plus_added_key_with_one_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         "error: foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
-        "paths, policies, policy, profile, rf, serving, sim, tracking, tune, use_tuned, workload"]
+        "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, tune, use_tuned, workload"]
     assert not list(tmp_path.iterdir())
 
 

@@ -35,3 +35,22 @@ def skip_train_cem(run, reason: str) -> dict:  # noqa: ANN001 (a kinds.base.Run;
     write_text(run.metrics_dir / "plots" / "train_cem.csv", "generation,mean_cost,elite_cost\n")
     print(f"train_cem: {reason}")
     return summary
+
+
+def skip_scenarios(out: Path, plots: Path, reason: str) -> dict:
+    """The scenarios stage's outputs for a kind without that report (stages/scenarios.py):
+    every declared file, saying why."""
+    from hybridsched.io import write_json, write_text
+
+    d = out / "scenarios"
+    d.mkdir(parents=True, exist_ok=True)
+    for name in ("table.csv", "summary.csv"):
+        write_text(d / name, "scenario\n")
+    for name in ("wide.md", "summary.md"):
+        write_text(d / name, f"scenarios: {reason}\n")
+    write_text(plots / "scenarios.csv", "scenario,series,ratio\n")
+    write_placeholders([plots / "scenarios.png"], f"scenarios {reason}")
+    metrics = {"skipped": reason}
+    write_json(out / "scenarios.json", metrics)
+    print(f"scenarios: {reason}")
+    return metrics

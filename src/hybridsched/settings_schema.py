@@ -439,6 +439,23 @@ SCHEMA: dict[str, Rule] = {
     "load_sweep.seed": SEED,
     "load_sweep.out": PATH,
     "load_sweep.policies": Names(_policies("machine"), "machine policy name", null=True),
+    # scenarios (issue 22's report, stages/scenarios.py); scenarios.workloads.<name>.* take
+    # workload.*'s rules (rule_for)
+    "scenarios.heuristics": Names(_policies("machine"), "machine policy name"),
+    "scenarios.learned": Names(_policies("machine"), "machine policy name", min_len=0),
+    "scenarios.heldout": NONNEG_INT,
+    "scenarios.heldout_tasks": Num(ge=2, integer=True),
+    "scenarios.max_tasks": Num(ge=2, integer=True, null=True),
+    "scenarios.loads": Nums(POS, min_len=0),
+    "scenarios.sweep_tasks": Num(ge=2, integer=True),
+    "scenarios.workers": POS_INT,
+    "scenarios.lp.enabled": FLAG,
+    "scenarios.lp.rho": Num(ge=1),
+    "scenarios.lp.delta": Num(gt=0, null=True),
+    "scenarios.lp.max_levels": POS_INT,
+    "scenarios.targets.learned_ratio": POS,
+    "scenarios.targets.learned_scenarios": NONNEG_INT,
+    "scenarios.targets.bound.*": POS,
     # nodes (cluster kind)
     "nodes.gavel_path": PATH,
     "nodes.reference_model": Text(),
@@ -597,8 +614,16 @@ def _match(key: str, pattern: str) -> bool:
     return len(parts) == len(pats) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pats, strict=True))
 
 
+def as_workload_key(key: str) -> str:
+    """``scenarios.workloads.<name>.X`` (a workload config of the scenarios stage) as ``workload.X``."""
+    if key.startswith("scenarios.workloads.") and key.count(".") >= 3:
+        return "workload." + key.split(".", 3)[3]
+    return key
+
+
 def rule_for(key: str) -> Rule | None:
     """The rule of the first pattern matching ``key`` (``workload.test.X`` as ``workload.X``)."""
+    key = as_workload_key(key)
     if key.startswith("workload.test."):
         key = "workload." + key[len("workload.test."):]
     return next((r for p, r in SCHEMA.items() if _match(key, p)), None)
@@ -623,8 +648,9 @@ def leaves(cfg: Config, prefix: str = "") -> Iterator[tuple[str, Any]]:
         whole = (key.replace("workload.test.", "workload.", 1) if key.startswith("workload.test.") else key) in WHOLE
         if isinstance(v, dict) and v and not whole and not key.startswith("hydra"):
             yield from leaves(v, key)
-        elif not key.startswith("hydra"):
-            yield key, v
+        elif not key.startswith("hydra") and not (v == {} and key.startswith("scenarios.workloads.")
+                                                  and as_workload_key(key) == "workload.test"):
+            yield key, v  # (a scenario workload's empty test overrides: nothing to check)
 
 
 def kind_settings() -> dict[str, Rule]:

@@ -341,3 +341,17 @@ def evaluate(run: Run) -> pd.DataFrame:
     run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
     print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
     return table
+
+
+def scenarios(run: Run) -> dict[str, Any]:
+    """Issue 22's report (``scenarios`` stage): every heuristic of both dispatch modes and the
+    learned policies on ``scenarios.workloads``, the held-out draws and the load sweep, with the
+    LP bound; metrics/scenarios.json, metrics/scenarios/, metrics/plots/scenarios.{csv,png}."""
+    from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, run_report
+
+    s = run.cfg["scenarios"]
+    metrics = run_report(s["workloads"], _cluster(run), run.cfg["policies"]["machine"], ScenarioSettings.from_dict(s),
+                         int(run.cfg["sim"]["seed"]), run.metrics_dir, run.metrics_dir / "plots")
+    run.track("scenarios", {k: v for k, v in metrics.items() if isinstance(v, int | float)},
+              [run.metrics_dir / "scenarios.json", run.metrics_dir / "scenarios" / "summary.md"])
+    return metrics

@@ -1,0 +1,166 @@
+"""The ``scenarios`` stage (issue 22's report measured by the pipeline), shrunk into tmp_path:
+its outputs and verdicts, seeded reruns, the not-applicable outputs of another kind, the
+dqn_late / cem_late conf entries in late mode, and the settings schema of the new keys."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from hybridsched.errors import HybridschedError
+from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, ratios, verdicts
+from tests.runs import compose_run, outputs_in
+
+# the documented command's shrink: every named workload at 200 tasks, one held-out draw, one
+# sweep load, the LP on a coarse grid (so the bound is the LP's, not the solo one)
+TINY = ["scenarios.max_tasks=200", "scenarios.heldout=1", "scenarios.heldout_tasks=200", "scenarios.loads=[1.0]",
+        "scenarios.sweep_tasks=200", "scenarios.workers=1", "scenarios.lp.rho=1", "scenarios.lp.max_levels=10"]
+FILES = ["scenarios.json", "scenarios/table.csv", "scenarios/summary.csv", "scenarios/summary.md", "scenarios/wide.md",
+         "scenarios/load_sweep.csv", "scenarios/load_sweep.md", "plots/scenarios.csv"]
+
+
+def _cem_model(tmp_path) -> str:
+    """A ``cem`` model with every learned weight 0 (eft_rank's scorer) in tmp_path: the test does
+    not depend on the pipeline's models/cem (a fresh clone has none)."""
+    import numpy as np
+
+    from hybridsched.io import write_json
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings, model_from_theta, n_theta
+    from hybridsched.kinds.machine.policies.scorer import base_from_eft_rank
+
+    spec = compose_run().cfg["policies"]["machine"]["eft_rank"]
+    s = MachineCEMSettings(hidden=1)
+    write_json(tmp_path / "cem" / "model.json", model_from_theta(np.zeros(n_theta(s)), base_from_eft_rank(spec), s))
+    return str(tmp_path / "cem")
+
+
+def _stage(tmp_path, *over: str) -> dict:
+    from stages.scenarios import scenarios
+
+    return scenarios(compose_run(*outputs_in(tmp_path), *TINY, f"cem.model_dir={_cem_model(tmp_path)}", *over))
+
+
+def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
+    """``python -m stages.scenarios`` (the stage function) at a shrunk size: every output, every
+    policy on every scenario, verdicts that agree with the table; a rerun (with 2 workers)
+    writes the same bytes."""
+    m = _stage(tmp_path / "a")
+    out = tmp_path / "a" / "metrics"
+    for f in FILES:
+        assert (out / f).is_file(), f
+    assert (out / "plots" / "scenarios.png").read_bytes()[:4] == b"\x89PNG"
+    table = pd.read_csv(out / "scenarios" / "table.csv")
+    names = ["default", "shifted", "bursty", "dag", "rate8", "heldout0", "load1"]
+    assert list(dict.fromkeys(table["scenario"])) == names
+    pols = {"eft", "eft_load", "eft_rank", "dmda", "spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain",
+            "cem", "cem_late", "dqn_late"}
+    assert table.groupby("scenario")["policy"].apply(set).eq(pols).all()
+    late = table[table["policy"].isin(["spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain",
+                                       "cem_late", "dqn_late"])]
+    assert (late["dispatch"] == "late").all() and (table.loc[~table.index.isin(late.index), "dispatch"] == "arrival").all()
+    # the LP bound was solved and holds for every policy of both modes
+    assert table["bound_lp"].notna().all() and (table["mean_latency"] >= table["bound"] - 1e-9).all()
+    assert m["n_scenarios"] == 6  # the sweep's loads are not scenarios of the target
+    summary = pd.read_csv(out / "scenarios" / "summary.csv")
+    within = summary.loc[summary["best_learned_vs_heuristic"] <= 0.9, "scenario"]
+    assert m["learned_within_ratio"] == len(within) and m["learned_within_ratio_scenarios"] == sorted(within)
+    rate8 = table[table["scenario"] == "rate8"].set_index("policy")["mean_latency"]
+    assert summary.set_index("scenario").loc["rate8", "best_policy_x_bound"] == pytest.approx(
+        rate8.min() / table.loc[table["scenario"] == "rate8", "bound"].iloc[0])
+    assert set(m["bound"]) == {"default", "shifted"}
+    md = (out / "scenarios" / "summary.md").read_text()
+    assert "| rate8 |" in md and "best policy × LP bound on default" in md
+    assert json.loads((out / "scenarios.json").read_text())["learned_within_ratio"] == m["learned_within_ratio"]
+    assert "wall_s" in m and "wall_s" not in json.loads((out / "scenarios.json").read_text())
+    _stage(tmp_path / "b", "scenarios.workers=2")
+    for f in FILES:
+        assert (tmp_path / "b" / "metrics" / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
+    """The issue's targets from one frame per scenario: the best learned policy against the best
+    heuristic of *its own* mode, and the best policy against the bound."""
+    def frame(name, lat, bound):
+        modes = {"eft": "arrival", "cem": "arrival", "eft_late": "late", "cem_late": "late", "other": "late"}
+        return pd.DataFrame({"scenario": name, "policy": list(lat), "dispatch": [modes[p] for p in lat],
+                             "mean_latency": list(lat.values()), "bound": bound})
+
+    frames = [frame("default", {"eft": 1.0, "cem": 0.95, "eft_late": 0.8, "cem_late": 0.7}, 0.5),  # cem_late 0.875
+              frame("shifted", {"eft": 1.0, "cem": 0.85, "eft_late": 0.5, "cem_late": 0.6}, 0.2),  # cem 0.85 (arrival)
+              # a policy in neither list: not a heuristic (the late bar stays eft_late), but the best policy
+              frame("dag", {"eft": 1.0, "cem": 0.95, "eft_late": 0.9, "cem_late": 0.99, "other": 0.6}, 0.3)]
+    r = ratios(frames, learned=("cem", "cem_late"), heuristics=("eft", "eft_late"))
+    assert r.set_index("scenario")["best_learned"].to_dict() == {"default": "cem_late", "shifted": "cem", "dag": "cem"}
+    dag = r.set_index("scenario").loc["dag"]
+    assert dag["best_late_heuristic"] == "eft_late" and dag["cem_late_vs_heuristic"] == pytest.approx(1.1)
+    assert dag["best_policy"] == "other" and dag["best_policy_x_bound"] == pytest.approx(2.0)
+    s = ScenarioSettings(learned=("cem", "cem_late"), learned_scenarios=2)
+    m = verdicts(r, s)
+    assert m["learned_within_ratio"] == 2 and m["learned_within_ratio_scenarios"] == ["default", "shifted"]
+    assert m["learned_target_met"]
+    assert m["bound"]["default"] == {"best_policy_x_bound": 1.4, "target": 1.5, "met": True}
+    assert m["bound"]["shifted"] == {"best_policy_x_bound": 2.5, "target": 3.0, "met": True}
+    m = verdicts(r, ScenarioSettings(learned=("cem", "cem_late"), learned_scenarios=3, bound_targets={"default": 1.3}))
+    assert not m["learned_target_met"] and not m["bound"]["default"]["met"] and "shifted" not in m["bound"]
+
+
+def test_another_kind_writes_not_applicable_outputs(tmp_path):
+    from stages.scenarios import scenarios
+
+    m = scenarios(compose_run(*outputs_in(tmp_path), "workload=serving"))
+    assert "not applicable" in m["skipped"]
+    out = tmp_path / "metrics"
+    assert json.loads((out / "scenarios.json").read_text()) == m
+    for f in ("scenarios/table.csv", "scenarios/summary.md", "plots/scenarios.csv", "plots/scenarios.png"):
+        assert (out / f).is_file(), f
+
+
+def test_a_missing_learned_model_is_one_line_before_any_work(tmp_path, capsys):
+    """Through the stage script's path (run_stage): one line naming the setting, exit 1,
+    nothing written."""
+    from hydra import compose, initialize_config_dir
+
+    from stages.common import run_stage
+    from stages.scenarios import scenarios
+    from tests.runs import CONF
+
+    over = ["tracking.enabled=false", *outputs_in(tmp_path), *TINY, f"cem.model_dir={_cem_model(tmp_path)}",
+            f"policies.machine.dqn_late.model_dir={tmp_path / 'nowhere'}"]
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=over)
+    with pytest.raises(SystemExit) as e:
+        run_stage(scenarios, cfg)
+    assert e.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: policies.machine.dqn_late.model_dir: no trained model in {tmp_path / 'nowhere'}"]
+    assert not (tmp_path / "metrics").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("scenarios.workloads.shifted.rate=-1", "scenarios.workloads.shifted.rate: must be a number > 0"),
+    ("scenarios.heuristics=[eft,nosuch]", "scenarios.heuristics: unknown machine policy name"),
+    ("scenarios.lp.rho=0.5", "scenarios.lp.rho: must be a number >= 1"),
+    ("+scenarios.workloads.dag.rte=5", "scenarios.workloads.dag.rte: unknown setting"),
+])
+def test_bad_scenario_settings_are_refused_with_one_line(override, message):
+    from hybridsched.settings_schema import check_settings
+
+    with pytest.raises(HybridschedError, match=message.replace(".", r"\.").replace("[", r"\[")):
+        check_settings(compose_run(override).cfg)
+
+
+def test_simulate_runs_the_learned_late_policies_from_their_conf_entries(tmp_path):
+    """``python -m stages.simulate sim.dispatch=late "sim.policies.machine=[...,cem_late,dqn_late]"``:
+    dqn_late, cem_late and eft_late_plain have conf entries whose models are the committed ones."""
+    from hybridsched.kinds import get_kind
+
+    kind = get_kind("machine")
+    over = [*outputs_in(tmp_path), "workload.n_train=50", "workload.n_test=200", "sim.bound_lp.enabled=false"]
+    kind.generate(compose_run(*over))
+    run = compose_run(*over, "sim.dispatch=late", "sim.policies.machine=[wspt_late,eft_late_plain,cem_late,dqn_late]")
+    kind.check_config(run)
+    table = kind.simulate(run)
+    assert set(table.index) == {"wspt_late", "eft_late_plain", "cem_late", "dqn_late"}
+    assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all()
