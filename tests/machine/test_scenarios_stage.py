@@ -80,7 +80,7 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
 
 
 def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
-    """The issue's targets from one frame per scenario: the best learned policy against the best
+    """The issue's targets from one frame per scenario: each learned policy against the best
     heuristic of *its own* mode, and the best policy against the bound."""
     def frame(name, lat, bound):
         modes = {"eft": "arrival", "cem": "arrival", "eft_late": "late", "cem_late": "late", "other": "late"}
@@ -99,7 +99,10 @@ def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
     s = ScenarioSettings(learned=("cem", "cem_late"), learned_scenarios=2)
     m = verdicts(r, s)
     assert m["learned_within_ratio"] == 2 and m["learned_within_ratio_scenarios"] == ["default", "shifted"]
-    assert m["learned_target_met"]
+    # the verdict counts one policy across scenarios, not the best one picked per scenario
+    assert m["learned_within_ratio_per_policy"] == {"cem": 1, "cem_late": 1}
+    assert not m["learned_target_met"]
+    assert verdicts(r, ScenarioSettings(learned=("cem", "cem_late"), learned_scenarios=1))["learned_target_met"]
     assert m["bound"]["default"] == {"best_policy_x_bound": 1.4, "target": 1.5, "met": True}
     assert m["bound"]["shifted"] == {"best_policy_x_bound": 2.5, "target": 3.0, "met": True}
     m = verdicts(r, ScenarioSettings(learned=("cem", "cem_late"), learned_scenarios=3, bound_targets={"default": 1.3}))

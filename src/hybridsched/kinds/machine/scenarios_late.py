@@ -291,13 +291,19 @@ def verdicts(r: pd.DataFrame, s: ScenarioSettings) -> dict[str, Any]:
                              "best_learned_vs_heuristic": round(row["best_learned_vs_heuristic"], 4),
                              "late_vs_arrival": round(row["late_vs_arrival"], 4)}
            for row in r.to_dict(orient="records")}
+    # one policy across the scenarios: picking the best learned policy per scenario is a choice
+    # made on the test scenarios, so the target's verdict counts single policies only
+    per_policy = {n: int((r[f"{n}_vs_heuristic"] <= s.learned_ratio).sum())
+                  for n in s.learned if f"{n}_vs_heuristic" in r}
+    single = max(per_policy.values(), default=0)
     out: dict[str, Any] = {
         "n_scenarios": len(r),
         "learned_within_ratio": int(ok.sum()),
         "learned_within_ratio_scenarios": sorted(r.loc[ok, "scenario"].tolist()),
+        "learned_within_ratio_per_policy": per_policy,
         "learned_ratio": s.learned_ratio,
-        "learned_target_met": bool(ok.sum() >= s.learned_scenarios),
-        "learned_target": f">= {s.learned_scenarios} of {len(r)} scenarios with the best learned policy "
+        "learned_target_met": bool(single >= s.learned_scenarios),
+        "learned_target": f">= {s.learned_scenarios} of {len(r)} scenarios with one learned policy "
                           f"<= {s.learned_ratio}x the best heuristic of its own mode",
         "bound": {}}
     for name, limit in s.bound_targets.items():
@@ -334,10 +340,12 @@ def write_outputs(main: list[pd.DataFrame], swept: list[pd.DataFrame], metrics: 
 
 def verdict_lines(m: dict[str, Any]) -> str:
     """The targets as markdown bullets."""
-    lines = [f"- best learned ÷ best heuristic of its own mode ≤ {m['learned_ratio']}: "
-             f"{m['learned_within_ratio']} of {m['n_scenarios']} scenarios "
-             f"({', '.join(m['learned_within_ratio_scenarios']) or 'none'}); target: {m['learned_target']} — "
-             f"{'met' if m['learned_target_met'] else 'missed'}"]
+    per = ", ".join(f"{n} {c}" for n, c in m["learned_within_ratio_per_policy"].items()) or "none"
+    lines = [f"- learned ÷ best heuristic of its own mode ≤ {m['learned_ratio']}, scenarios per policy: {per}; "
+             f"target: {m['learned_target']} — {'met' if m['learned_target_met'] else 'missed'}",
+             f"- the best learned policy of each scenario (a choice made on the test scenarios, no result): "
+             f"{m['learned_within_ratio']} of {m['n_scenarios']} "
+             f"({', '.join(m['learned_within_ratio_scenarios']) or 'none'})"]
     for name, b in m["bound"].items():
         lines.append(f"- best policy × LP bound on {name}: {b['best_policy_x_bound']:.2f} (target ≤ {b['target']:g}) — "
                      f"{'met' if b['met'] else 'missed'}")
