@@ -67,6 +67,7 @@ def slo_bound(reqs, settings: ServingSettings, lat: np.ndarray, noise_min: float
     docstring) and, given the run's ``noise`` draws, the smaller of it and
     :func:`contention_bound` (each is valid, so their minimum is).  The separate figures are
     kept as ``clairvoyant.*`` and ``contention.*``."""
+    lat = settings.fastest(lat)  # the least time any batch can take under the contention model
     if noise is not None:
         noise = np.asarray(noise, dtype=float)
         clair = slo_bound(reqs, settings, lat, float(noise.min()), lengths_s)
@@ -247,8 +248,14 @@ def contention_bound(reqs, settings: ServingSettings, lat: np.ndarray, noise: np
     the deadlines, for any non-decreasing capacity).  Every met request arrives in exactly one
     S_j.  QED.
 
+    Under a contention model (``serving.contention`` other than ``served``) a batch takes at
+    least ``settings.fastest(lat)[v, b] x noise`` (the smaller of its single-lane and served
+    rows: processor sharing runs between them), and the proof holds with that table for
+    ``lat``; :func:`slo_bound` and this function charge it.
+
     :func:`contention_bound_count` takes the minimum over aligned partitions of several
     segment lengths (and one segment for the whole stream)."""
+    lat = settings.fastest(lat)
     out = {"slo_attainment": contention_bound_count(reqs, settings, lat, noise, None, lengths_s) / len(reqs)}
     for k, name in enumerate(settings.classes):  # per class: as if the class had the machine alone
         m = reqs.cls == k
