@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hybridsched.errors import HybridschedError
 from hybridsched.kinds import get_kind
 from hybridsched.kinds.base import Run
 from hybridsched.kinds.serving.metrics import check_trace
@@ -42,6 +43,8 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     out = tmp_path / "metrics" / "plots" / "kind"
     md = (out / "sim_vs_real.md").read_text()
     assert (out / "sim_vs_real.csv").exists() and "sim_p95_gap" in md and "alone_p95_gap" in md
+    assert "overlap_p95_gap" in md and "dyn_p95_gap" in md
+    assert "The pipeline's simulator (serving.contention 'overlap') is row `overlap`" in md
     assert "{'resnet18/torch': 0.12}" in md and "Load average" in md  # the sigma the simulator used, the load
     assert "P50/P95 figures within 15%" in md
     assert set(table["policy"]) == {"fifo", "edf", "predictive"} and "all" in set(table["class"])
@@ -61,6 +64,15 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     assert row["real_p50_ms"] > 0 and row["sim_p50_ms"] > 0
     assert np.isclose(row["sim_p50_gap"], (row["sim_p50_ms"] - row["real_p50_ms"]) / row["real_p50_ms"])
     assert row["cal_p50_ms"] > 0 and "cal_p95_gap" in table
+    # the same measurements compared again (replay): the real columns as measured, the simulations rerun
+    from hybridsched.kinds.serving.real import sim_vs_real
+
+    again = sim_vs_real(run, tmp_path / "again", replay=out)
+    real_cols = [c for c in table if c.startswith("real_")]
+    pd.testing.assert_frame_equal(again[real_cols], table[real_cols])
+    pd.testing.assert_frame_equal(again, table)  # the simulations are seeded: the same figures
+    with pytest.raises(HybridschedError, match="no real trace of policy"):
+        sim_vs_real(run, tmp_path / "again", replay=tmp_path)
 
 
 def test_compare_traces_gap_and_target():

@@ -28,6 +28,11 @@ Each partition gives a valid bound; :func:`slo_bound` takes the minimum over ali
 partitions at several interval lengths (and the whole horizon).  Memory tokens, the batching
 window and the policy's ignorance of the future only make real schedules worse, so the bound
 ignores them (it is loose, never wrong).
+
+Contention (``serving.contention``): ``lat`` is what a batch takes *at least*; with a profile's
+single-lane rows and a model other than ``served`` that is ``settings.fastest(lat)`` (the
+elementwise minimum of the single-lane and served rows, non-decreasing in b), which
+:func:`slo_bound` and :func:`contention_bound` charge; both proofs hold with it unchanged.
 """
 
 from __future__ import annotations

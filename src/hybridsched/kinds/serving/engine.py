@@ -484,12 +484,13 @@ def contention_tables(settings, true_lat: np.ndarray) -> tuple[np.ndarray, np.nd
     variant without single-lane rows runs its served time under every model); the
     ``serving.contention`` mode (C_*); the other lanes the served rows were timed with."""
     true_ = np.nan_to_num(true_lat, nan=np.inf)
+    if settings.alone_lat is None:  # no single-lane rows: every model is the table (and this the fast path)
+        return true_, true_, C_SERVED, 1.0
     alone = true_.copy()
-    if settings.alone_lat is not None:
-        a = settings.alone_lat
-        w = min(a.shape[1], alone.shape[1])
-        ok = np.isfinite(a[:, :w]) & (a[:, :w] > 0)
-        alone[:, :w] = np.where(ok, a[:, :w], alone[:, :w])
+    a = settings.alone_lat
+    w = min(a.shape[1], alone.shape[1])
+    ok = np.isfinite(a[:, :w]) & (a[:, :w] > 0)
+    alone[:, :w] = np.where(ok, a[:, :w], alone[:, :w])
     return true_, alone, CONTENTION.index(settings.contention), float(max(settings.served_lanes - 1, 1))
 
 

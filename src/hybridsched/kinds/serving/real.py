@@ -15,10 +15,12 @@ compare it with the simulator on the same stream.
 
 :func:`sim_vs_real` runs both on one stream and writes ``sim_vs_real.{csv,md}``: P50 / P95
 per policy and class, measured and simulated, and their relative gap (target: within 15 %).
-Two simulations: ``sim`` with the configured latency table (the profile, measured earlier),
-and ``cal`` with that table scaled per variant to the service times measured during the real
-run (median ratio) and the service noise measured around it (lognormal sigma), which separates a drifted table (a shared machine's load changes) from the simulator's
-queueing and batching model.
+Simulations: ``sim`` with the configured latency table as served (the profile, measured
+earlier) for every batch; for a profile with single-lane rows ``alone``, ``dyn`` (contention
+``start``) and ``overlap`` (contention ``overlap``, the pipeline's default); and ``cal`` with the
+served table scaled per variant to the service times measured during the real run (median
+ratio) and the service noise measured around it (lognormal sigma), which separates a drifted
+table (a shared machine's load changes) from the simulator's queueing and batching model.
 Command: ``python -m stages.real workload=serving`` (stages/real.py), or the evaluate stage
 with ``serving.real.enabled=true``.
 """
