@@ -227,6 +227,38 @@ def real_stream(workload: dict[str, Any], settings, real_cfg: dict[str, Any], ba
     return to_requests(df, settings, "serving.real stream")
 
 
+OVERLAP_BINS = (0.0, 1e-3, 0.25, 0.5, 0.75, 1.0)  # share of a batch's time with another lane busy
+OVERLAP_LABELS = ("none (< 0.1 %)", "0.1-25 %", "25-50 %", "50-75 %", "75-100 %")
+
+
+def service_vs_overlap(real: dict[str, pd.DataFrame], settings, alone: np.ndarray, served: np.ndarray) -> pd.DataFrame:
+    """What the contention model rests on, measured: per policy, backend and bin of overlap (the
+    share of a real batch's time during which another lane ran a batch), the batches, and the
+    median of measured service / the profile's single-lane row (``alone``); ``served_over_alone``
+    is the profile's ratio for the same batches (what a batch overlapped all the way would take)."""
+    rows = []
+    for name, req in real.items():
+        b = _batches_of(req)
+        if b.empty:
+            continue
+        st, en, ln = b["start"].to_numpy(), b["end"].to_numpy(), b["lane"].to_numpy()
+        other = ln[None, :] != ln[:, None]
+        ov = (np.clip(np.minimum(en[None, :], en[:, None]) - np.maximum(st[None, :], st[:, None]), 0, None) * other).sum(1)
+        dur = en - st
+        v = (b["group"].to_numpy() // len(settings.classes)).astype(int)
+        s = b["samples"].to_numpy()
+        frame = pd.DataFrame({"backend": [settings.variant_names(int(x))[1] for x in v],
+                              "overlap": pd.cut(ov / np.maximum(dur, 1e-12), OVERLAP_BINS, labels=OVERLAP_LABELS,
+                                                include_lowest=True),
+                              "ratio": dur / alone[v, s], "served_over_alone": served[v, s] / alone[v, s]})
+        g = frame.groupby(["backend", "overlap"], observed=True)
+        out = g.agg(batches=("ratio", "size"), service_over_alone=("ratio", "median"),
+                    served_over_alone=("served_over_alone", "median")).reset_index()
+        rows.append(out.assign(policy=name, overlap=out["overlap"].astype(str)))
+    cols = ["policy", "backend", "overlap", "batches", "service_over_alone", "served_over_alone"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
 def _pipeline_row(contention: str, single_lane: bool) -> str:
     """The report's row that runs the pipeline's contention model (``sim`` without single-lane rows)."""
     if not single_lane:
@@ -330,6 +362,9 @@ def sim_vs_real(run, out_dir: Path, replay: Path | None = None) -> pd.DataFrame:
     table = compare_traces({k: t.requests for k, t in real.items()}, sims, s.classes)
     out_dir = Path(out_dir)
     write_frame(out_dir / "sim_vs_real.csv", table.round(4))
+    overlap = service_vs_overlap({k: t.requests for k, t in real.items()}, s, alone, lat) if alone is not None else None
+    if overlap is not None:
+        write_frame(out_dir / "service_vs_overlap.csv", overlap.round(4))
     used = np.unique(reqs.variant)
     sig = {"/".join(s.variant_names(int(v))[:2]): round(float(s.sigmas()[v]), 3) for v in used}
     ratio = {k: round(v, 3) for k, v in factors.items()}
@@ -355,6 +390,9 @@ def sim_vs_real(run, out_dir: Path, replay: Path | None = None) -> pd.DataFrame:
             f"gap = (sim - real) / real, target |gap| <= {TARGET_GAP:.0%}.\n\n")
     foot = "\n" + "\n".join(f"* `{prefix}`: {a} of {b} P50/P95 figures within {TARGET_GAP:.0%}"
                               for prefix in sims for a, b in [_within(table, prefix)]) + "\n"
+    if overlap is not None and len(overlap):
+        foot += ("\nMeasured service / single-lane row by the share of the batch during which another lane was "
+                 "busy (median; `service_vs_overlap.csv`):\n\n" + overlap.round(3).to_markdown(index=False) + "\n")
     write_text(out_dir / "sim_vs_real.md", head + table.round(3).to_markdown(index=False) + "\n" + foot)
     for name, tr in real.items():
         write_frame(out_dir / f"real_{name}.parquet", tr.requests)
