@@ -138,3 +138,49 @@ def test_with_contention_reads_the_single_lane_rows(tmp_path):
 def test_bad_contention_is_one_line():
     with pytest.raises(HybridschedError, match=r"serving.contention: 'both' is not one of"):
         ServingSettings(contention="both")
+
+
+def test_cost_table_under_processor_sharing():
+    """Two lanes, served rows timed with two: a batch costs the lane budget min(2 alone, served);
+    three lanes (served rows timed with two, extrapolated): min(alone, served / 2 ... ) as
+    g(f) = min_m slow(f, m - 1) / m; every other rule: the fastest rows."""
+    from hybridsched.kinds.serving.bounds import cost_table
+
+    lat = dense(ONE)
+    alone = lat / np.array([[1.5], [2.5]])  # f = 1.5 (torch), 2.5 (onnx)
+    s = replace(ONE, contention="overlap", alone_lat=alone, served_lanes=2)
+    c = cost_table(s, lat)
+    assert np.allclose(c[:, 1:], np.minimum(2 * alone, lat)[:, 1:])
+    s3 = replace(s, lanes=3)
+    f = np.array([[1.5], [2.5]])
+    g = np.minimum.reduce([np.ones_like(f), f / 2, (1 + 2 * (f - 1)) / 3])
+    assert np.allclose(cost_table(s3, lat)[:, 1:], (3 * alone * g)[:, 1:])
+    for mode in ("start", "alone", "served"):
+        assert np.allclose(cost_table(replace(s, contention=mode), lat)[:, 1:], s.fastest(lat)[:, 1:]
+                           if mode != "served" else lat[:, 1:])
+
+
+def test_overlap_bound_still_sees_contention():
+    """With single-lane rows 1.8x faster than the served ones, the fastest rows alone would make
+    the lanes look 1.8x faster; the processor-sharing cost keeps the contention bound where the
+    served table puts it (< 0.95 at load 1.6) and above every policy."""
+    from hybridsched.kinds.serving.bounds import slo_bound
+    from hybridsched.kinds.serving.engine import service_noise
+    from hybridsched.kinds.serving.metrics import summarize
+    from hybridsched.kinds.serving.workload import generate_stream
+
+    s = ServingSettings()
+    lat = dense(s)
+    w = {"rate": None, "load": 1.6, "mix": {"models": {"resnet18": 0.4, "resnet50": 0.4, "vit_b16": 0.2},
+                                              "classes": {"interactive": 0.7, "batch": 0.3}},
+         "slo": {"rule": "factor", "interactive": 5, "batch": 50}}
+    reqs = to_requests(generate_stream(w, s, 1500, 1, 1, lat), s)
+    ov = replace(s, contention="overlap", alone_lat=lat / 1.8, served_lanes=2)
+    noise = service_noise(ov, len(reqs), 0)
+    b = slo_bound(reqs, ov, lat, noise=noise)
+    assert b["contention.slo_attainment"] < 0.95
+    assert b["contention.slo_attainment"] == slo_bound(reqs, replace(ov, contention="served"), lat,
+                                                       noise=noise)["contention.slo_attainment"]
+    for p in (FIFO(), PriorityEDF(), Predictive(), Dynamic()):
+        tr = simulate(reqs, ov, lat, p, noise_seed=0)
+        assert summarize(tr.requests, tr.batches, ov)["slo_attainment"] <= b["slo_attainment"] + 1e-12
