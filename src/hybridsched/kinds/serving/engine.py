@@ -11,7 +11,9 @@ At ``t`` the engine frees the lanes whose batch ended (releasing its memory toke
 online correction, updating the predictor's per-variant factor), trims every eligible
 candidate to the tokens still free (a batch runs only if its tokens fit), and asks the
 policy's kernel to choose one eligible group; that batch starts at ``t`` on the free lane and
-holds ``tokens[v, samples]`` until it ends after ``lat[v, samples] * noise``.  When nothing
+holds ``tokens[v, samples]`` until it ends after ``lat[v, samples] * noise`` (with the
+profile's single-lane rows, ``serving.contention`` decides how the other lanes slow it: by
+default processor sharing between the single-lane and served rows, :func:`share_lanes`).  When nothing
 eligible fits, time moves to the next completion or the next closing batch.
 
 With ``drop`` (the Clockwork-style predictive scheduler) a head request whose predicted
