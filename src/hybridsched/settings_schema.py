@@ -474,6 +474,7 @@ SCHEMA: dict[str, Rule] = {
     "serving.profile_path": PATH,
     "serving.service_sigma": NONNEG,
     "serving.sigma_source": Choice(("profile", "fixed")),
+    "serving.contention": Choice(("overlap", "start", "served", "alone")),
     "serving.*_w": NONNEG,
     "serving.price_per_kwh": NONNEG,
     "serving.seed": SEED,

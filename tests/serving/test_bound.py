@@ -5,13 +5,14 @@ Moore-Hodgson step exact against brute force."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from hybridsched.kinds.serving.bounds import _moore_hodgson, contention_bound, slo_bound, window_batch_cap
-from hybridsched.kinds.serving.engine import service_noise, simulate
+from hybridsched.kinds.serving.engine import CONTENTION, service_noise, simulate
 from hybridsched.kinds.serving.metrics import summarize
 from hybridsched.kinds.serving.policies import FIFO, BatchAware, Dynamic, Predictive, PriorityEDF
 from hybridsched.kinds.serving.settings import ServingSettings
@@ -43,13 +44,18 @@ def _policies(settings: ServingSettings):
 
 
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(), st.integers(0, 3))
-def test_bound_is_at_least_every_policy(sc, noise_seed):
+@given(scenarios(), st.integers(0, 3), st.sampled_from(CONTENTION), st.floats(0.3, 1.5), st.integers(1, 3))
+def test_bound_is_at_least_every_policy(sc, noise_seed, contention, factor, served_lanes):
+    """Under every contention model (serving.contention) with single-lane rows ``factor`` x the
+    served ones (faster or slower, scaled per variant), timed with 1-3 lanes."""
     s, df = sc
     reqs = to_requests(df, s)
     if (s.token_table()[reqs.variant, reqs.size] > s.token_capacity).any():
         return  # rejected up front (test_engine)
     lat = dense(s)
+    scale = np.random.default_rng(noise_seed).uniform(0.7, 1.3, (lat.shape[0], 1))
+    s = replace(s, contention=contention, alone_lat=np.maximum.accumulate(lat * factor * scale, axis=1),
+                served_lanes=served_lanes)
     noise = service_noise(s, len(reqs), noise_seed)
     b = slo_bound(reqs, s, lat, noise=noise)
     assert b["slo_attainment"] <= b["contention.slo_attainment"] + 1e-12

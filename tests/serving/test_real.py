@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hybridsched.errors import HybridschedError
 from hybridsched.kinds import get_kind
 from hybridsched.kinds.base import Run
 from hybridsched.kinds.serving.metrics import check_trace
@@ -42,6 +43,10 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     out = tmp_path / "metrics" / "plots" / "kind"
     md = (out / "sim_vs_real.md").read_text()
     assert (out / "sim_vs_real.csv").exists() and "sim_p95_gap" in md and "alone_p95_gap" in md
+    assert "overlap_p95_gap" in md and "dyn_p95_gap" in md
+    ov = pd.read_csv(out / "service_vs_overlap.csv")
+    assert set(ov["policy"]) == {"fifo", "edf", "predictive"} and (ov["service_over_alone"] > 0).all()
+    assert "The pipeline's simulator (serving.contention 'overlap') is row `overlap`" in md
     assert "{'resnet18/torch': 0.12}" in md and "Load average" in md  # the sigma the simulator used, the load
     assert "P50/P95 figures within 15%" in md
     assert set(table["policy"]) == {"fifo", "edf", "predictive"} and "all" in set(table["class"])
@@ -61,6 +66,15 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     assert row["real_p50_ms"] > 0 and row["sim_p50_ms"] > 0
     assert np.isclose(row["sim_p50_gap"], (row["sim_p50_ms"] - row["real_p50_ms"]) / row["real_p50_ms"])
     assert row["cal_p50_ms"] > 0 and "cal_p95_gap" in table
+    # the same measurements compared again (replay): the real columns as measured, the simulations rerun
+    from hybridsched.kinds.serving.real import sim_vs_real
+
+    again = sim_vs_real(run, tmp_path / "again", replay=out)
+    real_cols = [c for c in table if c.startswith("real_")]
+    pd.testing.assert_frame_equal(again[real_cols], table[real_cols])
+    pd.testing.assert_frame_equal(again, table)  # the simulations are seeded: the same figures
+    with pytest.raises(HybridschedError, match="no real trace of policy"):
+        sim_vs_real(run, tmp_path / "again", replay=tmp_path)
 
 
 def test_compare_traces_gap_and_target():
@@ -84,3 +98,18 @@ def test_calibrated_table_scales_each_variant_by_its_measured_ratio():
     assert sigma == 0.0  # each measured batch sits exactly on its variant's median ratio
     assert np.allclose(cal[0], 2 * lat[0], equal_nan=True) and np.allclose(cal[1], lat[1], equal_nan=True)
     assert factors == {"resnet18/torch": 2.0, "resnet18/onnx": 1.0}
+
+
+def test_service_vs_overlap_bins_each_batch_by_its_overlap():
+    from hybridsched.kinds.serving.real import service_vs_overlap
+
+    s = ServingSettings(models={"resnet18": 80.0}, backends=("torch",), max_batch=4)
+    alone = np.full((1, 5), 0.1)
+    served = np.full((1, 5), 0.2)
+    # lane 0: [0, 0.3] and [1, 1.1]; lane 1: [0.2, 0.5] -> overlaps 1/3, 1/3, none
+    req = pd.DataFrame({"batch_id": [0, 1, 2], "group": 0, "size": 1, "lane": [0, 1, 0],
+                        "start": [0.0, 0.2, 1.0], "end": [0.3, 0.5, 1.1]})
+    t = service_vs_overlap({"fifo": req}, s, alone, served).set_index("overlap")
+    assert t.loc["25-50 %", "batches"] == 2 and np.isclose(t.loc["25-50 %", "service_over_alone"], 3.0)
+    assert t.loc["none (< 0.1 %)", "batches"] == 1 and np.isclose(t.loc["none (< 0.1 %)", "service_over_alone"], 1.0)
+    assert np.isclose(t["served_over_alone"], 2.0).all()

@@ -94,15 +94,16 @@ def test_a_variant_without_spread_runs_exactly_its_table_time_and_the_bound_hold
 
 
 def test_contention_as_it_happens_takes_the_single_lane_time_only_when_the_other_lanes_are_idle():
-    """``alone_lat`` (real.py's `dyn` comparison): a batch that starts with every other lane idle
-    runs the single-lane table, one that starts beside a busy lane the served table; with
-    ``alone_lat`` equal to the table the trace is the plain one."""
+    """``serving.contention: start`` (real.py's `dyn` comparison): a batch that starts with every
+    other lane idle runs the single-lane table, one that starts beside a busy lane the served
+    table; with single-lane rows equal to the table the trace is the plain one."""
     s = replace(SIX, service_sigma=0.0, lanes=2)
     lat = dense(s)
     w = {"rate": None, "load": 0.9, "slo": {"rule": "factor", "interactive": 5, "batch": 50},
          "mix": {"models": {"resnet18": 1.0}, "classes": {"interactive": 1.0}, "backends": {"torch": 1.0}}}
     reqs = to_requests(generate_stream(w, s, 400, 4, 1, lat), s)
-    tr = simulate(reqs, s, lat, FIFO(), alone_lat=lat / 2).batches.sort_values("start")
+    start = replace(s, contention="start", alone_lat=lat / 2, served_lanes=2)
+    tr = simulate(reqs, start, lat, FIFO()).batches.sort_values("start")
     ratio = ((tr["end"] - tr["start"]) / lat[0, tr["samples"].to_numpy()]).to_numpy()
     starts, ends, lane = tr["start"].to_numpy(), tr["end"].to_numpy(), tr["lane"].to_numpy()
     other_busy = np.array([((lane != lane[i]) & (starts < starts[i]) & (ends > starts[i])).any() for i in range(len(tr))])
@@ -111,4 +112,5 @@ def test_contention_as_it_happens_takes_the_single_lane_time_only_when_the_other
     plain = simulate(reqs, s, lat, FIFO()).requests
     import pandas as pd
 
-    pd.testing.assert_frame_equal(simulate(reqs, s, lat, FIFO(), alone_lat=lat).requests, plain)
+    pd.testing.assert_frame_equal(simulate(reqs, replace(start, alone_lat=lat), lat, FIFO()).requests, plain)
+    pd.testing.assert_frame_equal(simulate(reqs, replace(start, contention="served"), lat, FIFO()).requests, plain)

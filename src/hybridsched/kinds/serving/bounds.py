@@ -28,6 +28,13 @@ Each partition gives a valid bound; :func:`slo_bound` takes the minimum over ali
 partitions at several interval lengths (and the whole horizon).  Memory tokens, the batching
 window and the policy's ignorance of the future only make real schedules worse, so the bound
 ignores them (it is loose, never wrong).
+
+Contention (``serving.contention``): the proofs use ``lat`` twice: as what a batch takes *at
+least* (feasibility), and as what it costs the L lanes' budget of L seconds per second. With a
+profile's single-lane rows and a model other than ``served`` the first is
+``settings.fastest(lat)`` (the elementwise minimum of the single-lane and served rows), the
+second :func:`cost_table` (``fastest``, or under ``overlap`` the processor-sharing cost M);
+both are non-decreasing in b, and both proofs hold with them unchanged.
 """
 
 from __future__ import annotations
@@ -60,6 +67,37 @@ def _partition_bound(a: np.ndarray, d: np.ndarray, w: np.ndarray, feasible: np.n
     return out + int((cum - base <= capacity + 1e-12).sum())
 
 
+def cost_table(settings: ServingSettings, lat: np.ndarray) -> np.ndarray:
+    """M[v, b]: what a batch of b samples of v costs the L lanes' budget of L seconds per second
+    (before noise), and ``settings.fastest(lat)``, the least time it can take, in general.
+
+    Under ``contention: overlap`` with single-lane rows the lanes share: a batch of single-lane
+    work A = alone[v, b] x noise progresses at ``1 / slow(f, m - 1)`` while m lanes run
+    (engine.share_lanes; f = served / alone). With ``g(f) = min_{m=1..L} slow(f, m - 1) / m``
+    and ``M = L x alone x g(f)``, its cost accrues at ``L g(f) / slow(f, m - 1) <= L / m`` per
+    second, so the m running batches accrue at most L per second together, and a batch's whole
+    cost is ``M[v, b] x noise``: the lane budget holds with M in place of the table. (2 lanes,
+    served rows timed with 2: ``M = min(2 alone, served)``.) M is made non-decreasing in b by a
+    minimum over larger batches (a smaller cost keeps the budget valid)."""
+    fastest = settings.fastest(lat)
+    if settings.contention != "overlap" or settings.alone_lat is None:
+        return fastest
+    from hybridsched.kinds.serving.engine import contention_tables
+
+    served, alone, _, denom = contention_tables(settings, lat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = served / alone
+        g = np.ones_like(f)
+        for m in range(2, settings.lanes + 1):
+            x = np.full_like(f, (m - 1) / denom)
+            x = np.where(f < 1.0, np.minimum(x, 1.0), x)  # as engine._slowdown
+            g = np.minimum(g, (1.0 + (f - 1.0) * x) / m)
+        cost = settings.lanes * alone * g
+    cost = np.where(np.isfinite(cost), cost, fastest)
+    cost[:, 1:] = np.minimum.accumulate(cost[:, :0:-1], axis=1)[:, ::-1]  # non-decreasing in b
+    return cost
+
+
 def slo_bound(reqs, settings: ServingSettings, lat: np.ndarray, noise_min: float = 1.0,
               lengths_s: tuple[float, ...] = DEFAULT_LENGTHS_S, noise: np.ndarray | None = None) -> dict[str, float]:
     """Upper bound on SLO attainment (overall and per class) for requests ``reqs`` on
@@ -75,9 +113,11 @@ def slo_bound(reqs, settings: ServingSettings, lat: np.ndarray, noise_min: float
         out.update({f"clairvoyant.{k}": v for k, v in clair.items() if k.endswith("slo_attainment")})
         out.update({f"contention.{k}": v for k, v in cont.items()})
         return out
+    cost = cost_table(settings, lat)  # what a batch costs the lanes' budget (contention model)
+    lat = settings.fastest(lat)  # the least time any batch can take under the contention model
     a, d = reqs.arrival, reqs.deadline
-    b = np.arange(1, lat.shape[1])
-    c = np.min(lat[:, 1:] / b, axis=1)  # lane-seconds per sample at the best batch size
+    b = np.arange(1, cost.shape[1])
+    c = np.min(cost[:, 1:] / b, axis=1)  # lane-seconds per sample at the best batch size
     feasible = a + lat[reqs.variant, reqs.size] * noise_min <= d + 1e-12
     w = reqs.size * c[reqs.variant] * noise_min
     span = float(d.max() - a.min()) + 1.0
@@ -190,7 +230,8 @@ def contention_bound_count(reqs, settings: ServingSettings, lat: np.ndarray, noi
     m = np.ones(len(reqs), bool) if mask is None else mask
     nu = float(noise.min())
     noise_sorted = np.sort(noise)
-    w_all, d_all = request_work(reqs, settings, lat)
+    w_all, d_all = request_work(reqs, settings, cost_table(settings, lat))
+    lat = settings.fastest(lat)
     a, d = reqs.arrival[m], reqs.deadline[m]
     w, dcap = w_all[m], d_all[m]
     feasible = a + lat[reqs.variant[m], reqs.size[m]] * nu <= d + 1e-12
@@ -246,6 +287,11 @@ def contention_bound(reqs, settings: ServingSettings, lat: np.ndarray, noise: np
     largest such set exactly (its exchange argument only uses these prefix-sum constraints at
     the deadlines, for any non-decreasing capacity).  Every met request arrives in exactly one
     S_j.  QED.
+
+    Under a contention model (``serving.contention`` other than ``served``) a batch takes at
+    least ``settings.fastest(lat)[v, b] x noise`` (feasibility) and costs the lane budget
+    ``cost_table(settings, lat)[v, b] x noise`` (w_r, D_r and step (2)); the proof holds with
+    those tables.
 
     :func:`contention_bound_count` takes the minimum over aligned partitions of several
     segment lengths (and one segment for the whole stream)."""

@@ -11,7 +11,9 @@ At ``t`` the engine frees the lanes whose batch ended (releasing its memory toke
 online correction, updating the predictor's per-variant factor), trims every eligible
 candidate to the tokens still free (a batch runs only if its tokens fit), and asks the
 policy's kernel to choose one eligible group; that batch starts at ``t`` on the free lane and
-holds ``tokens[v, samples]`` until it ends after ``lat[v, samples] * noise``.  When nothing
+holds ``tokens[v, samples]`` until it ends after ``lat[v, samples] * noise`` (with the
+profile's single-lane rows, ``serving.contention`` decides how the other lanes slow it: by
+default processor sharing between the single-lane and served rows, :func:`share_lanes`).  When nothing
 eligible fits, time moves to the next completion or the next closing batch.
 
 With ``drop`` (the Clockwork-style predictive scheduler) a head request whose predicted
@@ -31,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from hybridsched.kinds.serving.settings import CONTENTION  # serving.contention's names, in the C_* order
+
 # per-group features gs[g, :] (valid where ELIGIBLE = 1)
 (ELIGIBLE, HEAD_ARRIVAL, HEAD_DEADLINE, CLASS, SAMPLES, NREQ, PRED_S, TOKENS, SLO, NORM_SLACK, DOOMED, GAIN,
  WAIT_NORM, INTERACTIVE) = range(14)
@@ -39,6 +43,8 @@ NF = 14
 G_FREE_LANES, G_FREE_TOKENS, G_NOW, G_MAX_BATCH = range(4)
 # engine parameters
 P_WINDOW, P_MAX_BATCH, P_CAPACITY, P_DROP, P_ALPHA, P_RECORD = range(6)
+# contention models (``serving.contention``, CONTENTION; docs/serving.md "Contention model")
+C_SERVED, C_ALONE, C_START, C_OVERLAP = range(4)
 N_OBS_PER_GROUP = 4
 
 
@@ -196,13 +202,75 @@ def init_candidates(gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, 
                                                       int(eparams[P_MAX_BATCH]))
 
 
+@njit(cache=True)
+def _slowdown(f, others, denom):
+    """How much slower than alone a batch with served/alone ratio ``f`` runs while ``others``
+    other lanes are busy: linear in the busy lanes, ``f`` at the ``denom`` others the served
+    rows were timed with (beyond them extrapolated when f >= 1; a profile whose served rows
+    are faster than its single-lane ones, f < 1, never goes below f)."""
+    if others <= 0:
+        return 1.0
+    x = others / denom
+    if f < 1.0 and x > 1.0:
+        x = 1.0
+    return 1.0 + (f - 1.0) * x
+
+
+@njit(cache=True)
+def share_lanes(rem, fac, u, t_to, ends, denom):
+    """Processor sharing of the running batches from time ``u`` to ``t_to`` (``inf``: until all
+    end). ``rem[k]`` is lane k's remaining work in single-lane seconds (0: idle), ``fac[k]``
+    its batch's served / single-lane ratio; while m lanes run, lane k progresses at
+    ``1 / _slowdown(fac[k], m - 1, denom)``. Updates ``rem`` in place and writes the end time
+    of every batch that ends by ``t_to`` into ``ends``. Each step runs to the next end, so
+    the same state gives the same float operations: advancing to ``t`` and computing the ends
+    agree on which batches ended by ``t``."""
+    n = rem.shape[0]
+    t = u
+    while True:
+        m = 0
+        for k in range(n):
+            if rem[k] > 0.0:
+                m += 1
+        if m == 0:
+            return
+        dmin = np.inf
+        first = -1
+        for k in range(n):
+            if rem[k] > 0.0:
+                dt = rem[k] * _slowdown(fac[k], m - 1, denom)
+                if dt < dmin:
+                    dmin = dt
+                    first = k
+        if t + dmin > t_to:  # nothing more ends before t_to: advance to it and stop
+            step = t_to - t
+            for k in range(n):
+                if rem[k] > 0.0:
+                    rem[k] = max(rem[k] - step / _slowdown(fac[k], m - 1, denom), 1e-300)
+            return
+        for k in range(n):
+            if rem[k] > 0.0:
+                sl = _slowdown(fac[k], m - 1, denom)
+                if k == first or rem[k] * sl <= dmin * (1.0 + 1e-12):
+                    rem[k] = 0.0
+                    ends[k] = t + dmin
+                else:
+                    rem[k] -= dmin / sl
+        t += dmin
+
+
 @njit
 def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, alone_lat, pred_lat, tokens_tab,
          noise, noise_col, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
-         b_tokens, b_first, b_count, obs, dec_batch):
-    """Run to completion; returns (batches, decisions recorded). A batch that starts while
-    every other lane is idle takes ``alone_lat`` (the same array as ``true_lat`` unless the
-    caller models contention: the profile's single-lane rows), else ``true_lat``."""
+         b_tokens, b_first, b_count, obs, dec_batch, mode, denom):
+    """Run to completion; returns (batches, decisions recorded). ``true_lat`` is the table as
+    served (every lane busy), ``alone_lat`` the single-lane one (the same array when the table
+    has no single-lane rows). ``mode`` (C_*): every batch the served time; every batch the
+    single-lane time; ``start``: single-lane if every other lane is idle when it starts, else
+    served; ``overlap``: processor sharing (:func:`share_lanes`), a batch's single-lane work
+    runs slower while other lanes are busy, and a later start slows the batches already
+    running (their ends move: ``b_end`` and the online correction's ratio follow).
+    ``denom``: the other lanes the served rows were timed with."""
     G = gptr.shape[0] - 1
     record = eparams[P_RECORD] > 0
     head = gptr[:G].copy()
@@ -217,6 +285,12 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
     run_var = np.full(n_lanes, -1, np.int64)
     run_ratio = np.ones(n_lanes)
     corr = np.ones(true_lat.shape[0])
+    rem = np.zeros(n_lanes)  # overlap: remaining single-lane work per lane at time u
+    fac = np.ones(n_lanes)
+    ends = np.zeros(n_lanes)
+    tmp = np.zeros(n_lanes)
+    run_b = np.full(n_lanes, -1, np.int64)
+    u = 0.0
     gs = np.zeros((G + 1, NF))
     gs[G, G_MAX_BATCH] = eparams[P_MAX_BATCH]
     elig = np.empty(G, np.int64)
@@ -257,18 +331,44 @@ def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, 
             g = elig[0]  # a kernel's bad choice must not break the run
         v = gvar[g]
         s = trim_s[g]
-        base = alone_lat[v, s]
-        for k in range(n_lanes):
-            if k != lane and lane_free[k] > t:  # another lane busy: the contended (served) time
-                base = true_lat[v, s]
-                break
-        dur = base * noise[nb, noise_col[v]]
-        lane_free[lane] = t + dur
+        nz = noise[nb, noise_col[v]]
+        if mode == C_OVERLAP:
+            share_lanes(rem, fac, u, t, ends, denom)  # the running batches' progress up to t
+            for k in range(n_lanes):
+                if lane_free[k] <= t:
+                    rem[k] = 0.0
+                elif rem[k] <= 0.0:  # ended by t in float terms but not by lane_free: a hair left
+                    rem[k] = 1e-300
+            u = t
+            rem[lane] = alone_lat[v, s] * nz
+            fac[lane] = true_lat[v, s] / alone_lat[v, s]
+            run_b[lane] = nb
+            tmp[:] = rem
+            share_lanes(tmp, fac, t, np.inf, ends, denom)
+            for k in range(n_lanes):
+                if k != lane and rem[k] > 0.0 and ends[k] != lane_free[k]:  # slowed by this start
+                    lane_free[k] = ends[k]
+                    kb = run_b[k]
+                    b_end[kb] = ends[k]
+                    run_ratio[k] = (ends[k] - b_start[kb]) / pred_lat[gvar[b_group[kb]], b_samples[kb]]
+            end = ends[lane]
+        else:
+            base = true_lat[v, s]
+            if mode == C_ALONE:
+                base = alone_lat[v, s]
+            elif mode == C_START:
+                base = alone_lat[v, s]
+                for k in range(n_lanes):
+                    if k != lane and lane_free[k] > t:  # another lane busy: the contended (served) time
+                        base = true_lat[v, s]
+                        break
+            end = t + base * nz
+        lane_free[lane] = end
         run_tok[lane] = tokens_tab[v, s]
         run_var[lane] = v
-        run_ratio[lane] = dur / pred_lat[v, s]  # actual / predicted, before correction
+        run_ratio[lane] = (end - t) / pred_lat[v, s]  # actual / predicted, before correction
         b_start[nb] = t
-        b_end[nb] = t + dur
+        b_end[nb] = end
         b_lane[nb] = lane
         b_group[nb] = g
         b_samples[nb] = s
@@ -380,11 +480,28 @@ def group_arrays(settings) -> tuple[np.ndarray, np.ndarray]:
             (np.arange(G) % len(settings.classes)).astype(np.int64))
 
 
+def contention_tables(settings, true_lat: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """(served, single-lane, mode, denom) for the compiled loop: the served table with NaN as
+    inf; the single-lane one (``settings.alone_lat``, the served row where it has none, so a
+    variant without single-lane rows runs its served time under every model); the
+    ``serving.contention`` mode (C_*); the other lanes the served rows were timed with."""
+    true_ = np.nan_to_num(true_lat, nan=np.inf)
+    if settings.alone_lat is None:  # no single-lane rows: every model is the table (and this the fast path)
+        return true_, true_, C_SERVED, 1.0
+    alone = true_.copy()
+    a = settings.alone_lat
+    w = min(a.shape[1], alone.shape[1])
+    ok = np.isfinite(a[:, :w]) & (a[:, :w] > 0)
+    alone[:, :w] = np.where(ok, a[:, :w], alone[:, :w])
+    return true_, alone, CONTENTION.index(settings.contention), float(max(settings.served_lanes - 1, 1))
+
+
 def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-               noise_seed: int | None = None, record: bool = False, alone_lat: np.ndarray | None = None) -> RawRun:
+               noise_seed: int | None = None, record: bool = False) -> RawRun:
     """The simulator itself (the compiled loop and its output arrays); :func:`simulate` adds the
-    per-request DataFrame. ``alone_lat``: the table of a batch that starts while the other
-    lanes are idle (default ``true_lat`` for every batch)."""
+    per-request DataFrame. ``true_lat`` is the table as served; ``settings.contention`` with
+    ``settings.alone_lat`` (the single-lane rows) says how a batch's time depends on the other
+    lanes (:func:`_run`)."""
     n = len(reqs)
     G = settings.n_groups
     pred = true_lat if pred_lat is None else pred_lat
@@ -399,13 +516,12 @@ def run_arrays(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarra
     n_obs = N_OBS_PER_GROUP * G + 2
     obs = np.zeros((n if record else 1, n_obs), np.float32)
     dec_batch = np.zeros(n if record else 1, np.int64)
-    true_ = np.nan_to_num(true_lat, nan=np.inf)
-    alone = true_ if alone_lat is None else np.nan_to_num(alone_lat, nan=np.inf)
+    true_, alone, mode, denom = contention_tables(settings, true_lat)
     nb, nd = _run(policy.kernel, reqs.arrival, reqs.deadline, reqs.size, reqs.variant, reqs.cls, gptr, gidx, gvar,
                   gcls, true_, alone, np.nan_to_num(pred, nan=np.inf),
                   settings.token_table(), noise, noise_col, engine_params(settings, policy, record), pdata, pparams,
                   settings.lanes, r_batch, r_drop, b["start"], b["end"], b["lane"], b["group"], b["samples"],
-                  b["tokens"], b["first"], b["count"], obs, dec_batch)
+                  b["tokens"], b["first"], b["count"], obs, dec_batch, mode, denom)
     return RawRun(r_batch, r_drop, b, nb, obs[:nd], dec_batch[:nd])
 
 
@@ -432,11 +548,13 @@ def trace_frames(reqs, name: str, raw: RawRun):
 
 
 def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray | None = None,
-             noise_seed: int | None = None, record: bool = False, alone_lat: np.ndarray | None = None) -> Trace:
+             noise_seed: int | None = None, record: bool = False) -> Trace:
     """Run ``policy`` (a :class:`hybridsched.kinds.serving.policies.ServingPolicy`) on requests
     ``reqs`` (:class:`~hybridsched.kinds.serving.workload.Requests`). ``true_lat`` is the latency
-    table the batches actually take (times lognormal noise with each variant's sigma,
-    :func:`noise_table`, seeded by ``noise_seed``); ``pred_lat`` what the scheduler believes (default: the same table)."""
-    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record, alone_lat)
+    table as served, which with ``settings.contention`` and the single-lane rows
+    (``settings.alone_lat``) gives the time each batch actually takes (times lognormal noise with
+    each variant's sigma, :func:`noise_table`, seeded by ``noise_seed``); ``pred_lat`` what the
+    scheduler believes (default: the same table)."""
+    raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record)
     df, batches = trace_frames(reqs, policy.name, raw)
     return Trace(policy.name, df, batches, raw.obs, raw.dec_batch)

@@ -20,6 +20,10 @@ keyed ``model/backend``); with ``serving.sigma_source: profile`` (the default)
 :func:`with_variant_sigma` hands it to the simulator, one sigma per variant, and variants
 without a measured one (a published or csv table, an older profile) keep
 ``serving.service_sigma``; ``sigma_source: fixed`` uses ``service_sigma`` for every variant.
+
+Contention: the simulator's time of a batch depends on the other lanes (``serving.contention``,
+engine.py): :func:`with_contention` hands it the profile's single-lane rows next to the served
+ones; :func:`with_served_model` does both, for every stage that simulates.
 """
 
 from __future__ import annotations
@@ -175,3 +179,25 @@ def with_variant_sigma(settings: ServingSettings) -> ServingSettings:
         m, b, p = settings.variant_names(v)
         out.append(sig.get(f"{m}/{b}/{p}", sig.get(f"{m}/{b}", settings.service_sigma)))
     return replace(settings, variant_sigma=tuple(out))
+
+
+def with_contention(settings: ServingSettings) -> ServingSettings:
+    """``settings`` with the single-lane table the contention model needs (``alone_lat``, seconds,
+    NaN for a variant without single-lane rows) and the lanes the served rows were timed with
+    (``served_lanes``), from a profile as served; unchanged (None, 1) for a table without a
+    ``lanes`` column (a csv or published table: every contention model is then the table)."""
+    table = read_table(settings, lanes=None)
+    if "lanes" not in table.columns:
+        return replace(settings, alone_lat=None, served_lanes=1)
+    served = int(pd.to_numeric(table["lanes"], errors="coerce").max())
+    if served <= 1:
+        return replace(settings, alone_lat=None, served_lanes=1)
+    single = read_table(settings, lanes=1)
+    alone = dense_latency(single, settings, None, f"{table_source(settings)} (lanes 1)")
+    return replace(settings, alone_lat=alone, served_lanes=served)
+
+
+def with_served_model(settings: ServingSettings) -> ServingSettings:
+    """What every simulation of the pipeline runs with: the per-variant sigma
+    (:func:`with_variant_sigma`) and the contention model's tables (:func:`with_contention`)."""
+    return with_contention(with_variant_sigma(settings))

@@ -15,10 +15,12 @@ compare it with the simulator on the same stream.
 
 :func:`sim_vs_real` runs both on one stream and writes ``sim_vs_real.{csv,md}``: P50 / P95
 per policy and class, measured and simulated, and their relative gap (target: within 15 %).
-Two simulations: ``sim`` with the configured latency table (the profile, measured earlier),
-and ``cal`` with that table scaled per variant to the service times measured during the real
-run (median ratio) and the service noise measured around it (lognormal sigma), which separates a drifted table (a shared machine's load changes) from the simulator's
-queueing and batching model.
+Simulations: ``sim`` with the configured latency table as served (the profile, measured
+earlier) for every batch; for a profile with single-lane rows ``alone``, ``dyn`` (contention
+``start``) and ``overlap`` (contention ``overlap``, the pipeline's default); and ``cal`` with the
+served table scaled per variant to the service times measured during the real run (median
+ratio) and the service noise measured around it (lognormal sigma), which separates a drifted
+table (a shared machine's load changes) from the simulator's queueing and batching model.
 Command: ``python -m stages.real workload=serving`` (stages/real.py), or the evaluate stage
 with ``serving.real.enabled=true``.
 """
@@ -225,6 +227,45 @@ def real_stream(workload: dict[str, Any], settings, real_cfg: dict[str, Any], ba
     return to_requests(df, settings, "serving.real stream")
 
 
+OVERLAP_BINS = (0.0, 1e-3, 0.25, 0.5, 0.75, 1.0)  # share of a batch's time with another lane busy
+OVERLAP_LABELS = ("none (< 0.1 %)", "0.1-25 %", "25-50 %", "50-75 %", "75-100 %")
+
+
+def service_vs_overlap(real: dict[str, pd.DataFrame], settings, alone: np.ndarray, served: np.ndarray) -> pd.DataFrame:
+    """What the contention model rests on, measured: per policy, backend and bin of overlap (the
+    share of a real batch's time during which another lane ran a batch), the batches, and the
+    median of measured service / the profile's single-lane row (``alone``); ``served_over_alone``
+    is the profile's ratio for the same batches (what a batch overlapped all the way would take)."""
+    rows = []
+    for name, req in real.items():
+        b = _batches_of(req)
+        if b.empty:
+            continue
+        st, en, ln = b["start"].to_numpy(), b["end"].to_numpy(), b["lane"].to_numpy()
+        other = ln[None, :] != ln[:, None]
+        ov = (np.clip(np.minimum(en[None, :], en[:, None]) - np.maximum(st[None, :], st[:, None]), 0, None) * other).sum(1)
+        dur = en - st
+        v = (b["group"].to_numpy() // len(settings.classes)).astype(int)
+        s = b["samples"].to_numpy()
+        frame = pd.DataFrame({"backend": [settings.variant_names(int(x))[1] for x in v],
+                              "overlap": pd.cut(ov / np.maximum(dur, 1e-12), OVERLAP_BINS, labels=OVERLAP_LABELS,
+                                                include_lowest=True),
+                              "ratio": dur / alone[v, s], "served_over_alone": served[v, s] / alone[v, s]})
+        g = frame.groupby(["backend", "overlap"], observed=True)
+        out = g.agg(batches=("ratio", "size"), service_over_alone=("ratio", "median"),
+                    served_over_alone=("served_over_alone", "median")).reset_index()
+        rows.append(out.assign(policy=name, overlap=out["overlap"].astype(str)))
+    cols = ["policy", "backend", "overlap", "batches", "service_over_alone", "served_over_alone"]
+    return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
+
+def _pipeline_row(contention: str, single_lane: bool) -> str:
+    """The report's row that runs the pipeline's contention model (``sim`` without single-lane rows)."""
+    if not single_lane:
+        return "sim"
+    return {"served": "sim", "alone": "alone (with the per-variant sigma)", "start": "dyn", "overlap": "overlap"}[contention]
+
+
 def _within(table: pd.DataFrame, prefix: str) -> tuple[int, int]:
     """(figures within the target, figures): P50 and P95 of every policy and class with data."""
     gaps = table[[f"{prefix}_p50_gap", f"{prefix}_p95_gap"]].to_numpy().ravel()
@@ -232,30 +273,39 @@ def _within(table: pd.DataFrame, prefix: str) -> tuple[int, int]:
     return int((np.abs(gaps) <= TARGET_GAP).sum()), len(gaps)
 
 
-def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
+def _batches_of(requests: pd.DataFrame) -> pd.DataFrame:
+    """The per-batch rows (group, samples, start, end, lane) of a saved real trace."""
+    r = requests[requests["batch_id"] >= 0]
+    return r.groupby("batch_id").agg(group=("group", "first"), samples=("size", "sum"), start=("start", "first"),
+                                     end=("end", "first"), lane=("lane", "first")).reset_index()
+
+
+def sim_vs_real(run, out_dir: Path, replay: Path | None = None) -> pd.DataFrame:
     """Run ``serving.real.policies`` for real and in the simulator on one stream; write
     ``sim_vs_real.{csv,md}`` and the real traces (``real_<policy>.parquet``) into ``out_dir``.
+    ``replay``: a directory with the ``real_<policy>.parquet`` of an earlier run of the same
+    configuration, compared again without serving (a new contention model, the same measurements).
 
-    Simulations of the same stream: ``sim`` (the table as served, i.e. the profile's rows timed
-    with ``lanes`` concurrent workers, and each variant's measured sigma: what the pipeline
-    simulates), ``alone`` (only for a profile as served: its single-lane rows with the fixed
-    ``serving.service_sigma``, the model before issue #24), ``dyn`` (the same profile with
-    contention as it happens: single-lane rows for a batch that starts while the other lanes
-    are idle, served rows otherwise) and ``cal`` (calibrated on this run)."""
+    Simulations of the same stream (:data:`SIMULATIONS`): ``sim`` (the table as served, i.e. the
+    profile's rows timed with ``lanes`` concurrent workers, for every batch, and each variant's
+    measured sigma: ``serving.contention: served``), and for a profile as served: ``alone`` (its
+    single-lane rows with the fixed ``serving.service_sigma``, the model before issue #24),
+    ``dyn`` (``contention: start``: single-lane rows for a batch that starts while the other
+    lanes are idle, served rows otherwise), ``overlap`` (``contention: overlap``: processor
+    sharing between the two, engine.share_lanes), then ``cal`` (calibrated on this run)."""
     import os
     from dataclasses import replace
 
     from hybridsched.io import write_frame, write_text
-    from hybridsched.kinds.serving.latency import (dense_latency, load_latency, read_table, table_source,
-                                                   with_variant_sigma)
+    from hybridsched.kinds.serving.latency import load_latency, table_source, with_served_model
     from hybridsched.kinds.serving.metrics import check_trace
     from hybridsched.kinds.serving.predictor import pred_table
     from hybridsched.kinds.serving.settings import settings_of
 
     rc = dict(run.cfg["serving"].get("real") or {})
     s = settings_of(run)
-    s = with_variant_sigma(replace(s, lanes=int(rc.get("lanes", s.lanes))))
-    lat, long_table = load_latency(s)
+    s = with_served_model(replace(s, lanes=int(rc.get("lanes", s.lanes))))
+    lat, _ = load_latency(s)
     pred, pred_source = pred_table(run, s, lat)
     reqs = real_stream(run.cfg["workload"], s, rc, lat[:, 1])
     E.check_inputs(reqs, s, lat, pred)
@@ -264,41 +314,57 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
     unknown = [p for p in names if p not in policies]
     if unknown:
         raise HybridschedError(f"serving.real.policies: {unknown[0]!r} is not among sim.policies.serving {list(policies)}")
-    served_lanes = int(long_table["lanes"].max()) if "lanes" in long_table else 1
-    alone = None
-    if served_lanes > 1:  # the same profile's single-lane rows: the simulator before issue #24
-        single = read_table(s, lanes=1)
-        if len(single):
-            alone = dense_latency(single, s, np.unique(reqs.variant), f"{table_source(s)} (lanes 1)")
+    served_lanes = s.served_lanes
+    alone = s.alone_lat
+    if alone is not None:  # the single-lane rows must cover the stream's variants (one-line error otherwise)
+        E.check_inputs(reqs, s, alone, alone)
     src = table_source(s)
     profile_age = time.time() - src.stat().st_mtime if src.exists() else float("nan")
     real, loadavg = {}, [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory(prefix="serving_real_") as work:
-        lanes = Lanes(s, np.unique(reqs.variant), s.lanes, work)
-        try:
-            lanes.warm_up()
-            for name in names:
-                real[name] = serve(reqs, s, policies[name], pred, lanes)
-                loadavg.append(os.getloadavg()[0])
-        finally:
-            lanes.close()
+    if replay is not None:  # an earlier run's measurements, compared again
+        for name in names:
+            path = Path(replay) / f"real_{name}.parquet"
+            if not path.is_file():
+                raise HybridschedError(f"{path}: no real trace of policy {name!r} to replay")
+            req = pd.read_parquet(path)
+            if len(req) != len(reqs) or not np.allclose(req["arrival"].to_numpy(), reqs.arrival):
+                raise HybridschedError(f"{path}: not this configuration's real stream ({len(req)} requests, "
+                                       f"{len(reqs)} expected)")
+            real[name] = E.Trace(name, req, _batches_of(req), np.zeros((0, 1), np.float32), np.zeros(0, np.int64))
+        loadavg = [float("nan")]
+    else:
+        with tempfile.TemporaryDirectory(prefix="serving_real_") as work:
+            lanes = Lanes(s, np.unique(reqs.variant), s.lanes, work)
+            try:
+                lanes.warm_up()
+                for name in names:
+                    real[name] = serve(reqs, s, policies[name], pred, lanes)
+                    loadavg.append(os.getloadavg()[0])
+            finally:
+                lanes.close()
     cal_lat, sigma, factors = calibrated_table(lat, [t.batches for t in real.values()], s)
     seed = int(run.cfg.get("sim", {}).get("seed", 0))
-    fixed = replace(s, variant_sigma=())
-    runs = [("sim", lat, s, None), *([("alone", alone, fixed, None), ("dyn", lat, s, alone)] if alone is not None else []),
-            ("cal", cal_lat, replace(fixed, service_sigma=sigma), None)]
+    served = replace(s, contention="served")
+    fixed = replace(served, variant_sigma=(), alone_lat=None)
+    runs = [("sim", lat, served),
+            *([("alone", alone, fixed), ("dyn", lat, replace(s, contention="start")),
+               ("overlap", lat, replace(s, contention="overlap"))] if alone is not None else []),
+            ("cal", cal_lat, replace(fixed, service_sigma=sigma))]
     sims: dict[str, dict[str, pd.DataFrame]] = {prefix: {} for prefix, *_ in runs}
     for name in names:
-        for prefix, table_, s_, alone_ in runs:
-            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed, alone_lat=alone_)
+        for prefix, table_, s_ in runs:
+            tr = E.simulate(reqs, s_, table_, policies[name], pred, noise_seed=seed)
             sims[prefix][name] = tr.requests
             for what, t in (("real", real[name]), (f"simulated ({prefix})", tr)):
-                problems = check_trace(t.requests, t.batches, s)
+                problems = check_trace(t.requests, t.batches, s) if what != "real" or replay is None else []
                 if problems:
                     raise HybridschedError(f"{what} trace of {name!r} is invalid: {'; '.join(problems)}")
     table = compare_traces({k: t.requests for k, t in real.items()}, sims, s.classes)
     out_dir = Path(out_dir)
     write_frame(out_dir / "sim_vs_real.csv", table.round(4))
+    overlap = service_vs_overlap({k: t.requests for k, t in real.items()}, s, alone, lat) if alone is not None else None
+    if overlap is not None:
+        write_frame(out_dir / "service_vs_overlap.csv", overlap.round(4))
     used = np.unique(reqs.variant)
     sig = {"/".join(s.variant_names(int(v))[:2]): round(float(s.sigmas()[v]), 3) for v in used}
     ratio = {k: round(v, 3) for k, v in factors.items()}
@@ -311,14 +377,22 @@ def sim_vs_real(run, out_dir: Path) -> pd.DataFrame:
             f"* `sim`: the simulator with that table and per-variant service sigma {sig} "
             f"(sigma_source {s.sigma_source!r}{'' if s.variant_sigma else ', none measured: service_sigma'}).\n"
             + (f"* `alone`: the same profile's single-lane rows with one sigma {s.service_sigma} (before issue #24).\n"
-               f"* `dyn`: contention as it happens: a batch that starts while the other lanes are idle takes the "
+               f"* `dyn` (contention `start`): a batch that starts while the other lanes are idle takes the "
                f"single-lane time, else the served one; the per-variant sigma of `sim`.\n"
+               f"* `overlap` (contention `overlap`): processor sharing: a batch's single-lane work runs at "
+               f"1 / (served / single-lane) while the other lane is busy, at full speed alone, and a later start "
+               f"slows the batches already running; the per-variant sigma of `sim`.\n"
                if alone is not None else "")
             + f"* `cal`: the `sim` table scaled per variant by the median measured/table service ratio of this run "
             f"{ratio}, one sigma {sigma:.3f} measured around those.\n\n"
+            f"The pipeline's simulator (serving.contention {s.contention!r}) is row "
+            f"`{_pipeline_row(s.contention, alone is not None)}`. "
             f"gap = (sim - real) / real, target |gap| <= {TARGET_GAP:.0%}.\n\n")
     foot = "\n" + "\n".join(f"* `{prefix}`: {a} of {b} P50/P95 figures within {TARGET_GAP:.0%}"
                               for prefix in sims for a, b in [_within(table, prefix)]) + "\n"
+    if overlap is not None and len(overlap):
+        foot += ("\nMeasured service / single-lane row by the share of the batch during which another lane was "
+                 "busy (median; `service_vs_overlap.csv`):\n\n" + overlap.round(3).to_markdown(index=False) + "\n")
     write_text(out_dir / "sim_vs_real.md", head + table.round(3).to_markdown(index=False) + "\n" + foot)
     for name, tr in real.items():
         write_frame(out_dir / f"real_{name}.parquet", tr.requests)

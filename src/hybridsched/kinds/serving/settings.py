@@ -19,6 +19,8 @@ import numpy as np
 from hybridsched.errors import HybridschedError, check_known_keys
 from hybridsched.kinds.base import Run
 
+# serving.contention values (engine.CONTENTION, in the engine's mode order)
+CONTENTION = ("served", "alone", "start", "overlap")
 # blocks of the ``serving`` config that are not machine settings
 SUB_BLOCKS = ("profile", "predictor", "dqn", "tune", "real", "load_sweep")
 
@@ -47,6 +49,15 @@ class ServingSettings:
     # per variant index, filled from the profile by latency.with_variant_sigma (not a config key);
     # empty: ``service_sigma`` for every variant
     variant_sigma: tuple[float, ...] = ()
+    # how a batch's time depends on the other lanes (docs/serving.md "Contention model"):
+    # overlap (processor sharing between the single-lane and the served rows) | start (single-lane
+    # if the other lanes are idle when it starts, else served) | served | alone
+    contention: str = "overlap"
+    # the single-lane table lat[v, b] in seconds and the lanes the served rows were timed with,
+    # filled from the profile by latency.with_contention (not config keys); None: the table has
+    # no single-lane rows, every model takes the served table
+    alone_lat: np.ndarray | None = field(default=None, compare=False, repr=False)
+    served_lanes: int = 1
     busy_w: float = 30.0  # per lane, serving a batch (the `cluster` group's CPU numbers by default)
     idle_w: float = 10.0  # per lane, idle
     price_per_kwh: float = 0.15
@@ -65,6 +76,8 @@ class ServingSettings:
         for m, c in self.models.items():
             if not float(c) > 0:
                 raise HybridschedError(f"serving.models.{m}: token cost must be > 0, got {float(c)}")
+        if self.contention not in CONTENTION:
+            raise HybridschedError(f"serving.contention: {self.contention!r} is not one of {sorted(CONTENTION)}")
         if self.sigma_source not in ("profile", "fixed"):
             raise HybridschedError(f"serving.sigma_source: {self.sigma_source!r} is not one of ['fixed', 'profile']")
         if self.variant_sigma and (len(self.variant_sigma) != self.n_variants or min(self.variant_sigma) < 0):
@@ -83,7 +96,7 @@ class ServingSettings:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServingSettings:
         """From the ``serving`` config block; an unknown key is an error naming it."""
-        check_known_keys(d, {f.name for f in fields(cls)} - {"variant_sigma"}, "serving")
+        check_known_keys(d, {f.name for f in fields(cls)} - {"variant_sigma", "alone_lat", "served_lanes"}, "serving")
         kw = {k: (tuple(v) if k in ("backends", "precisions", "classes") else v) for k, v in d.items()}
         if "models" in kw:
             kw["models"] = {str(k): float(v) for k, v in kw["models"].items()}
@@ -122,6 +135,18 @@ class ServingSettings:
         if self.variant_sigma:
             return np.asarray(self.variant_sigma, float)
         return np.full(self.n_variants, float(self.service_sigma))
+
+    def fastest(self, lat: np.ndarray) -> np.ndarray:
+        """The least table time any batch can take under the contention model (before noise):
+        ``lat`` (the served rows) with ``contention: served``, else the elementwise minimum of
+        the served and single-lane rows (processor sharing runs between the two). Non-decreasing
+        in the batch size where both are. What the bounds charge (bounds.py)."""
+        if self.contention == "served" or self.alone_lat is None:
+            return lat
+        w = min(lat.shape[1], self.alone_lat.shape[1])
+        out = lat.copy()
+        out[:, :w] = np.fmin(lat[:, :w], self.alone_lat[:, :w])
+        return out
 
     def group(self, variant: np.ndarray, cls: np.ndarray) -> np.ndarray:
         """Group index (compatible requests) of a variant and an SLO class index."""

@@ -34,13 +34,14 @@ def _tables(run: Run, s: ServingSettings) -> tuple[np.ndarray, pd.DataFrame]:
 
 
 def _served(run: Run) -> tuple[ServingSettings, np.ndarray, pd.DataFrame]:
-    """(settings with the per-variant service sigma of the profile as served, dense table, long
-    table): what every stage that simulates runs with (latency.with_variant_sigma)."""
-    from hybridsched.kinds.serving.latency import with_variant_sigma
+    """(settings with the per-variant service sigma of the profile as served and the single-lane
+    rows of the contention model, dense table, long table): what every stage that simulates runs
+    with (latency.with_served_model: simulate with its load sweep, tune, train_dqn, train_cem)."""
+    from hybridsched.kinds.serving.latency import with_served_model
 
     s = settings_of(run)
     lat, table = _tables(run, s)
-    return with_variant_sigma(s), lat, table
+    return with_served_model(s), lat, table
 
 
 def _requests(run: Run, s: ServingSettings, split: str, lat: np.ndarray):
@@ -308,7 +309,8 @@ def simulate(run: Run) -> pd.DataFrame:
         sigma = {"/".join(s.variant_names(v)): round(float(x), 4) for v, x in enumerate(s.sigmas())}
         write_json(tmp / "bound.json", {**bound, "latency_table": s.latency_table, "predictor": pred_source,
                                         "sigma_source": s.sigma_source if s.variant_sigma else "fixed",
-                                        "service_sigma": sigma})
+                                        "service_sigma": sigma, "contention": s.contention,
+                                        "single_lane_rows": s.alone_lat is not None})
         sweep = []
         w = {**run.cfg["workload"], **(run.cfg["workload"].get("test") or {})}
         for factor in run.cfg["serving"].get("load_sweep") or []:
