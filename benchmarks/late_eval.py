@@ -14,6 +14,7 @@ noise from seed k).
     python -m benchmarks.late_eval --tune 20 --out /tmp/late_tune      # tune the late heuristics (default train split)
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
     python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
+    python -m benchmarks.late_eval --train-pg benchmarks/late_models/pg_late --out /tmp/pg_late     # train pg_late (~10 min)
     python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
     python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,dqn_late,cem_late  # one busy minute
@@ -49,7 +50,8 @@ from hybridsched.kinds.machine.workload import generate, generate_splits
 MODELS = "benchmarks/late_models"
 
 
-def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_model: str = "") -> dict[str, Any]:
+def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_model: str = "",
+             pg_late_model: str = MODELS + "/pg_late") -> dict[str, Any]:
     """Name -> factory; the learned ones only where their model file exists."""
     specs = cfg["policies"]["machine"]
     out = {n: (lambda n=n: instantiate(specs[n])) for n in (*ARRIVAL, *LATE) if n in specs}
@@ -63,6 +65,10 @@ def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_
         from hybridsched.kinds.machine.policies.late_dqn import DQNLate
 
         out["dqn_late"] = lambda: DQNLate(model_dir=dqn_late_model)
+    if pg_late_model and (Path(pg_late_model) / "model.json").is_file():
+        from hybridsched.kinds.machine.policies.late_dqn import PGLate
+
+        out["pg_late"] = lambda: PGLate(model_dir=pg_late_model)
     return out
 
 
@@ -203,6 +209,27 @@ def validate_models(dirs: list[str]) -> dict[str, Any]:
     return out
 
 
+def train_pg(model_dir: Path, overrides: str, out: Path) -> dict[str, Any]:
+    """Train ``pg_late`` (late_pg_train) on ``cem.machine``'s mixture; the report also goes to ``<out>``."""
+    from dataclasses import fields
+
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings
+    from hybridsched.kinds.machine.late_pg_train import REPORT_FILE, LatePGSettings, train
+
+    types = {f.name: f.type for f in fields(LatePGSettings)}
+    kv = dict(x.split("=", 1) for x in overrides.split(",") if x)
+    unknown = sorted(set(kv) - set(types))
+    if unknown:
+        raise SystemExit(f"--pg-set: unknown LatePGSettings key(s) {unknown}; known: {sorted(types)}")
+    cast = {k: v if types[k] in ("str", str) else float(v) if types[k] in ("float", float) else int(v)
+            for k, v in kv.items()}
+    cfg = compose([])
+    cluster = cluster_from_config(cfg["cluster"])
+    report = train(LatePGSettings(**cast), MachineCEMSettings.from_dict(cfg["cem"]["machine"]), cluster, model_dir)
+    write_json(out / REPORT_FILE, report)
+    return report
+
+
 def train_dqn(model_dir: Path, overrides: str, out: Path) -> dict[str, Any]:
     """Train ``dqn_late`` on ``cem.machine``'s workload mixture (late_dqn_train); the report also
     goes to ``<out>/train_dqn_late.json``."""
@@ -248,6 +275,10 @@ def main() -> None:
     ap.add_argument("--train-dqn", default=None, metavar="DIR",
                     help="only train dqn_late into DIR (late_dqn_train.LateDQNSettings; --dqn-set key=value,...)")
     ap.add_argument("--dqn-set", default="", help="LateDQNSettings overrides, e.g. iterations=2,tasks=300")
+    ap.add_argument("--pg-late-model", default=MODELS + "/pg_late")
+    ap.add_argument("--train-pg", default=None, metavar="DIR",
+                    help="only train pg_late into DIR (late_pg_train.LatePGSettings; --pg-set key=value,...)")
+    ap.add_argument("--pg-set", default="", help="LatePGSettings overrides, e.g. iterations=2,init=DIR")
     ap.add_argument("--out", default="metrics/late")
     args = ap.parse_args()
     out = Path(args.out)
@@ -258,25 +289,28 @@ def main() -> None:
     if args.train_dqn:
         train_dqn(Path(args.train_dqn), args.dqn_set, out)
         return
+    if args.train_pg:
+        train_pg(Path(args.train_pg), args.pg_set, out)
+        return
     if args.validate:
         write_json(out / "validate_late.json", validate_models(args.validate.split(",")))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     if args.analyse:
         cfg = compose([])
-        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         table = analyse(cfg, pols, [n for n in args.analyse.split(",") if n in pols])
         write_text(out / "analyse.md", markdown(table.round(3)))
         print(markdown(table.round(3)))
         return
     if args.gantt:
         cfg = compose([])
-        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         gantt(cfg, pols, [n for n in args.gantt_policies.split(",") if n in pols], Path(args.gantt))
         return
     if args.sweep:
         cfg = compose([])
-        frames = sweep(cfg, policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model),
+        frames = sweep(cfg, policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model),
                        [float(x) for x in args.loads.split(",")], args.sweep_tasks, lp, out)
         write_text(out / "late_sweep.md", wide(frames) + "\n" + summary(frames))
         print(wide(frames) + "\n" + summary(frames))
@@ -287,11 +321,11 @@ def main() -> None:
         cluster = cluster_from_config(cfg["cluster"])
         _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         frames.append(evaluate(wname, test, cluster, int(cfg["sim"]["seed"]),
-                               policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model), lp, out))
+                               policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model), lp, out))
     if args.heldout:
         cfg = compose([])
         cluster = cluster_from_config(cfg["cluster"])
-        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model)
+        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
             tasks = generate(heldout_spec(w), args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
             frames.append(evaluate(w["name"], tasks, cluster, k, pols, lp, out))

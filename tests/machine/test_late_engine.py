@@ -17,7 +17,7 @@ from hybridsched.kinds.machine.late_engine import simulate_late
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate, LateList, SPTLate, WSPTLate
-from hybridsched.kinds.machine.policies.late_dqn import DQNLate, n_weights
+from hybridsched.kinds.machine.policies.late_dqn import DQNLate, PGLate, n_weights
 from hybridsched.kinds.machine.policies.late_scorer import CEMLate
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
@@ -46,6 +46,7 @@ def late_policies():
             SPTLate(aging=0.5, beta_cpu=2.0, fraction_step=0.25),
             # the learned late models behind docs/machine.md's figures, and a random Q-network
             CEMLate(model_dir=str(MODELS / "cem_late")), DQNLate(model_dir=str(MODELS / "dqn_late")),
+            PGLate(model_dir=str(MODELS / "pg_late")),
             DQNLate(model={"hidden": 6, "weights": rnd.tolist()})]
 
 

@@ -210,14 +210,26 @@ class DQNLate(LateList):
         if self._model is None:
             path = self.model_dir / MODEL_FILE
             if not path.is_file():
-                raise HybridschedError(f"dqn_late policy: no trained model at {path}; run "
-                                       "`python -m benchmarks.late_eval --train-dqn models/dqn_late`")
+                flag = "--train-pg" if self.name == "pg_late" else "--train-dqn"
+                raise HybridschedError(f"{self.name} policy: no trained model at {path}; run "
+                                       f"`python -m benchmarks.late_eval {flag} {self.model_dir}`")
             self._model = json.loads(path.read_text())
         hidden = int(self._model["hidden"])
         w = np.asarray(self._model["weights"], dtype=np.float64)
         if w.size != n_weights(hidden):
-            raise HybridschedError(f"dqn_late model: {n_weights(hidden)} weights expected for hidden={hidden}, "
+            raise HybridschedError(f"{self.name} model: {n_weights(hidden)} weights expected for hidden={hidden}, "
                                    f"got {w.size}")
         self.n_gpus = cluster.n_gpus
         self._params = head_params(cluster, hidden, w, self.grid)
         self._pdata = pdata_of(tasks, cluster, X)
+
+
+class PGLate(DQNLate):
+    """``dqn_late``'s per-candidate network and kernel (greedy: the candidate of largest score),
+    trained by policy gradient (:mod:`hybridsched.kinds.machine.late_pg_train`)."""
+
+    name = "pg_late"
+
+    def __init__(self, model_dir: str = "models/pg_late", fraction_step: float = 0.05,
+                 model: dict[str, Any] | None = None) -> None:
+        super().__init__(model_dir=model_dir, fraction_step=fraction_step, model=model)
