@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from hybridsched.kinds.cluster.nodes import run_inputs
     from hybridsched.kinds.cluster.queue_engine import simulate_queue
     from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
-    from hybridsched.kinds.cluster.queue_policy import joint_vector, split
+    from hybridsched.kinds.cluster.queue_policy import NODE_KEYS, joint_vector, split
     from hybridsched.kinds.cluster.queue_train import QueueTrainSettings, train_order
     from hybridsched.rl.cem import CEMSettings
 
@@ -71,14 +71,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--min-pods", type=int, default=800)
     ap.add_argument("--max-pods-window", type=int, default=1600)
-    ap.add_argument("--eval-windows", type=int, default=10)
+    ap.add_argument("--eval-windows", type=int, default=15)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-load", type=float, default=0.75, help="the training load mixture's range")
     ap.add_argument("--max-load", type=float, default=2.0)
     ap.add_argument("--strata", type=int, default=5, help="load bins of the mixture (0: plain uniform)")
     ap.add_argument("--select", choices=["mean", "worst"], default="worst", help="the generation pick's rule")
     ap.add_argument("--node", choices=["learned", "cem", "eft"], default="learned",
-                    help="the learned row's node policy: learned jointly with the order (from eft's), or a fixed one")
+                    help="the learned row's node policy: learned jointly with the order, or a fixed one")
+    ap.add_argument("--node-start", choices=["cem", "eft"], default="cem",
+                    help="learned node choice: start from cem's trained node weights, or from eft's (zeros)")
+    ap.add_argument("--node-search", choices=["fade", "all"], default="fade",
+                    help="learned node choice: move only the backlog fade (node weights held), or all")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
     run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
@@ -96,15 +100,20 @@ def main(argv: list[str] | None = None) -> None:
     else:
         s = QueueTrainSettings(windows=args.windows, min_pods=args.min_pods, max_pods=args.max_pods_window,
                                eval_windows=args.eval_windows, min_load=args.min_load, max_load=args.max_load,
-                               strata=args.strata, select=args.select, joint=args.node == "learned")
+                               strata=args.strata, select=args.select, joint=args.node == "learned",
+                               node_search=args.node_search)
         cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
         fixed = None if s.joint else _policy(run, args.node, train)
-        _, history, metrics = train_order(train, cluster, fixed, cem, s, log=lambda m: print(m, flush=True))
+        start = None
+        if s.joint and args.node_start == "cem":
+            start = _policy(run, "cem", train).theta[:len(NODE_KEYS)]  # train_cem's node weights
+        _, history, metrics = train_order(train, cluster, fixed, cem, s, log=lambda m: print(m, flush=True),
+                                          node_start=start)
         weights = metrics["weights"]
         # wall times are left out: the file is identical on rerun
         metrics.pop("wall_s", None)
         history = [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
-        doc = {"node_policy": args.node, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
+        doc = {"node_policy": args.node, "node_start": args.node_start if s.joint else None, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
         (args.out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print("learned order:", weights, flush=True)
 

@@ -31,7 +31,7 @@ from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.policies import EarliestFinishTime
 from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
 from hybridsched.kinds.cluster.queue_order import FEATURES, LearnedOrder
-from hybridsched.kinds.cluster.queue_policy import JOINT_FEATURES, split
+from hybridsched.kinds.cluster.queue_policy import JOINT_FEATURES, NODE_KEYS, split
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.rl.cem import CEMSettings, train
 
@@ -53,6 +53,7 @@ class QueueTrainSettings:
     strata: int = 0             # > 0: loads stratified into this many equal bins, window j in bin j % strata
     select: str = "mean"        # pick the generation by the "mean" cost or the "worst" stratum's mean cost
     joint: bool = False         # learn the node choice too (queue_policy.py), from eft's (all zeros)
+    node_search: str = "all"    # joint: move "all" node weights, or only the "fade" (node weights held at the start)
 
     def __post_init__(self) -> None:
         bad = [(k, v) for k, v, ok in (
@@ -62,7 +63,8 @@ class QueueTrainSettings:
             ("eval_windows", self.eval_windows, self.eval_windows >= 0),
             ("backfill", self.backfill, self.backfill in BACKFILL), ("strata", self.strata, self.strata >= 0),
             ("select", self.select, self.select in ("mean", "worst") and (self.select == "mean" or self.strata > 0)),
-            ("joint", self.joint, isinstance(self.joint, bool))) if not ok]
+            ("joint", self.joint, isinstance(self.joint, bool)),
+            ("node_search", self.node_search, self.node_search in ("all", "fade"))) if not ok]
         if bad:
             k, v = bad[0]
             raise HybridschedError(f"queue training: {k} = {v!r} is out of range")
@@ -120,26 +122,47 @@ def select_cost(costs: np.ndarray, s: QueueTrainSettings) -> float:
 
 
 def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CEMSettings, s: QueueTrainSettings,
-                log: Callable[[str], None] | None = None) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
+                log: Callable[[str], None] | None = None, node_start: np.ndarray | None = None
+                ) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
     """CEM from the all-zero weights: ``(theta, history, metrics)``.  Without ``joint``,
     ``node_policy`` is fitted already (eft, or cem's node scorer) and keeps its node choice, only
     the order is learned (layout ``FEATURES``); with ``joint`` the node choice is learned too
-    (``node_policy`` unused; layout ``JOINT_FEATURES``, all zeros = eft)."""
+    (``node_policy`` unused; layout ``JOINT_FEATURES``, all zeros = eft).  ``node_start``: the
+    joint search's start for the node weights (e.g. ``cem``'s trained ones; default 0, eft's
+    choice); with ``node_search: fade`` they stay there and only the order and the fade move.
+    With a nonzero start the all-zero vector (eft) is a candidate of the pick as well, so the
+    pick falls back to eft when nothing scores better on the selection windows."""
     eft = EarliestFinishTime()
     eft.fit(train_pods)
     names = JOINT_FEATURES if s.joint else FEATURES
+    theta0 = np.zeros(len(names))
+    free = np.arange(len(names))
+    if s.joint:
+        nodes = slice(len(FEATURES), len(FEATURES) + len(NODE_KEYS))
+        if node_start is not None:
+            theta0[nodes] = np.asarray(node_start, dtype=np.float64)
+        if s.node_search == "fade":
+            free = np.array([*range(len(FEATURES)), len(names) - 1])
+
+    def full(sub: np.ndarray) -> np.ndarray:
+        theta = theta0.copy()
+        theta[free] = sub
+        return theta
+
     means: list[np.ndarray] = []
 
     def objective(thetas: np.ndarray, generation: int) -> np.ndarray:
-        means.append(thetas[0].copy())
+        means.append(full(thetas[0]))
         scen = draw_scenarios(train_pods, cluster, eft, s, s.windows, cem.seed * 7919 + generation)
-        costs = np.array([queue_cost(th, scen, cluster, node_policy, s.backfill, train_pods) for th in thetas])
+        costs = np.array([queue_cost(full(th), scen, cluster, node_policy, s.backfill, train_pods) for th in thetas])
         if log:
             log(f"generation {generation}: best {costs.min():.4f}, mean member {costs.mean():.4f}")
         return costs
 
-    result = train(objective, np.zeros(len(names)), cem)
-    candidates = [*means, result.theta]
+    result = train(objective, theta0[free], cem)
+    candidates = [*means, full(result.theta)]
+    if np.any(theta0):
+        candidates.append(np.zeros(len(names)))  # eft itself (the last candidate: ties go to a generation)
     metrics: dict[str, Any] = {"settings": {**cem.to_dict(), **asdict(s)}, "wall_s": result.wall_s,
                                "first_mean_cost": result.history[0]["mean_cost"],
                                "last_mean_cost": result.history[-1]["mean_cost"]}
@@ -153,7 +176,8 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
         check = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + 2 * SELECT_SEED)
         check_costs = window_costs(theta, check, cluster, node_policy, s.backfill, train_pods)
         metrics.update({"selected_generation": pick, "selection_cost": costs[pick],
-                        "selection_cost_zero_weights": costs[0], "selection_mean_cost": float(np.mean(per[pick])),
+                        "selection_cost_start": costs[0], "selection_cost_eft": costs[-1] if np.any(theta0) else costs[0],
+                        "selection_costs": [round(c, 4) for c in costs], "selection_mean_cost": float(np.mean(per[pick])),
                         "check_cost": float(np.mean(check_costs)), "check_select_cost": select_cost(check_costs, s),
                         "check_loads": [round(sc.rate / s.base_rate, 4) for sc in check],
                         "check_window_costs": [round(float(c), 4) for c in check_costs]})
