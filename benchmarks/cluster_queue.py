@@ -1,6 +1,8 @@
 """Issue 22, cluster part: the queue mode (kinds/cluster/queue_engine.py) against eft and cem on the
-test split at several loads, with a learned queue order trained on a load mixture of training
-windows (kinds/cluster/queue_train.py).
+test split at several loads, with a learned policy (queue order and node choice,
+kinds/cluster/queue_policy.py) trained on a stratified load mixture of training windows
+(kinds/cluster/queue_train.py).  ``--node cem`` / ``eft`` learns the order alone with that node
+policy fixed (the previous version of the benchmark).
 
 Run (after generate and train_cem of `workload=alibaba_gpu_2023`):
 
@@ -56,23 +58,33 @@ def main(argv: list[str] | None = None) -> None:
     from hybridsched.kinds.cluster.nodes import run_inputs
     from hybridsched.kinds.cluster.queue_engine import simulate_queue
     from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
+    from hybridsched.kinds.cluster.queue_policy import NODE_KEYS, joint_vector, split
     from hybridsched.kinds.cluster.queue_train import QueueTrainSettings, train_order
     from hybridsched.rl.cem import CEMSettings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("/tmp/cluster_queue"))
-    ap.add_argument("--rates", type=float, nargs="+", default=[0.75, 1.0, 1.25, 1.5])
+    ap.add_argument("--rates", type=float, nargs="+", default=[0.75, 1.0, 1.25, 1.5, 1.75])
     ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     ap.add_argument("--max-pods", type=int, default=None, help="only the first N test pods (tests)")
     ap.add_argument("--weights", type=Path, default=None, help="a learned_order.json to evaluate instead of training")
-    ap.add_argument("--generations", type=int, default=8)
-    ap.add_argument("--population", type=int, default=10)
-    ap.add_argument("--windows", type=int, default=3)
+    ap.add_argument("--generations", type=int, default=10)
+    ap.add_argument("--population", type=int, default=16)
+    ap.add_argument("--windows", type=int, default=4)
     ap.add_argument("--min-pods", type=int, default=800)
     ap.add_argument("--max-pods-window", type=int, default=1600)
-    ap.add_argument("--eval-windows", type=int, default=4)
+    ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--node", choices=["cem", "eft"], default="cem", help="the learned row's node policy")
+    ap.add_argument("--min-load", type=float, default=1.0, help="the training load mixture's range")
+    ap.add_argument("--max-load", type=float, default=2.0)
+    ap.add_argument("--strata", type=int, default=4, help="load bins of the mixture (0: plain uniform)")
+    ap.add_argument("--select", choices=["mean", "worst"], default="worst", help="the generation pick's rule")
+    ap.add_argument("--node", choices=["learned", "cem", "eft"], default="learned",
+                    help="the learned row's node policy: learned jointly with the order, or a fixed one")
+    ap.add_argument("--node-start", choices=["cem", "eft"], default="cem",
+                    help="learned node choice: start from cem's trained node weights, or from eft's (zeros)")
+    ap.add_argument("--node-search", choices=["fade", "all"], default="fade",
+                    help="learned node choice: move only the backlog fade (node weights held), or all")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
     run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
@@ -86,18 +98,24 @@ def main(argv: list[str] | None = None) -> None:
     if args.weights is not None:
         doc = json.loads(args.weights.read_text())
         weights = doc["weights"]
-        args.node = doc.get("node_policy", args.node)
+        args.node = doc.get("node_policy", "cem")  # files written before the joint policy: cem's nodes
     else:
         s = QueueTrainSettings(windows=args.windows, min_pods=args.min_pods, max_pods=args.max_pods_window,
-                               eval_windows=args.eval_windows)
+                               eval_windows=args.eval_windows, min_load=args.min_load, max_load=args.max_load,
+                               strata=args.strata, select=args.select, joint=args.node == "learned",
+                               node_search=args.node_search)
         cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
-        _, history, metrics = train_order(train, cluster, _policy(run, args.node, train), cem, s,
-                                          log=lambda m: print(m, flush=True))
+        fixed = None if s.joint else _policy(run, args.node, train)
+        start = None
+        if s.joint and args.node_start == "cem":
+            start = _policy(run, "cem", train).theta[:len(NODE_KEYS)]  # train_cem's node weights
+        _, history, metrics = train_order(train, cluster, fixed, cem, s, log=lambda m: print(m, flush=True),
+                                          node_start=start)
         weights = metrics["weights"]
         # wall times are left out: the file is identical on rerun
         metrics.pop("wall_s", None)
         history = [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
-        doc = {"node_policy": args.node, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
+        doc = {"node_policy": args.node, "node_start": args.node_start if s.joint else None, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
         (args.out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print("learned order:", weights, flush=True)
 
@@ -110,11 +128,16 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.rows:
             node, order, backfill = ROWS[name]
             node = args.node if name == "learned" else node
-            pol = _policy(run, node, train)
+            if name == "learned" and node == "learned":
+                q, pol = split(joint_vector(weights, "learned_order.json"))
+                pol.fit(train)
+            else:
+                pol = _policy(run, node, train)
+                q = (LearnedOrder({f: weights.get(f, 0.0) for f in FEATURES}) if order == "learned"
+                     else None if order == "default" else ORDERS[order]())
             if order == "default":
                 tr = simulate(inp, cluster, pol)
             else:
-                q = LearnedOrder({f: weights[f] for f in FEATURES}) if order == "learned" else ORDERS[order]()
                 tr = simulate_queue(inp, cluster, pol, q, backfill).trace
             jct, wait = tr.end - inp.arrival, tr.start - inp.arrival
             rows.append({"load": rate, "policy": name, "node": node, "order": order, "backfill": backfill,

@@ -2,7 +2,9 @@
 on random clusters every order and backfilling rule passes the trace audit (each pod once,
 capacity never exceeded) and stays above the lower bound; greedy backfilling with the
 shortest-first order is the default engine's eft, trace for trace; EASY with exact predictions
-never starts a reserved head after its first reservation; runs and training are deterministic."""
+never starts a reserved head after its first reservation; the joint learned policy
+(queue_policy.py) with all-zero weights is eft, and with zero node weights keeps eft's node
+choice whatever its order and fade; runs and training are deterministic."""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ from hybridsched.kinds.cluster.engine import simulate
 from hybridsched.kinds.cluster.metrics import check_trace
 from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
 from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
+from hybridsched.kinds.cluster.queue_policy import JOINT_FEATURES, NODE_KEYS, joint_vector, split
 from tests.cluster.test_compiled_engine import needs_traces, node_st, task_st
 from tests.cluster.test_contention_bound import random_case
 
 weights_st = st.lists(st.floats(-3, 3), min_size=len(FEATURES), max_size=len(FEATURES))
+joint_st = st.lists(st.floats(-3, 3), min_size=len(JOINT_FEATURES), max_size=len(JOINT_FEATURES))
 
 
 
@@ -36,15 +40,20 @@ def _order(name: str, weights):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.lists(node_st, min_size=1, max_size=6), tasks=st.lists(task_st, min_size=1, max_size=40),
        order=st.sampled_from(sorted(ORDERS)), backfill=st.sampled_from(BACKFILL), weights=weights_st,
-       node=st.sampled_from(["eft", "scored"]))
-def test_every_order_and_rule_passes_the_audit_and_the_bound(nodes, tasks, order, backfill, weights, node):
+       node=st.sampled_from(["eft", "scored", "joint"]), joint=joint_st)
+def test_every_order_and_rule_passes_the_audit_and_the_bound(nodes, tasks, order, backfill, weights, node, joint):
+    """``joint``: the learned joint policy (its own order and backlog-faded node choice)."""
     case = random_case(nodes, tasks)
     if case is None:
         return
     table, cluster, pods, inp = case
-    pol = P.EarliestFinishTime() if node == "eft" else ScoredEFT(node={"rank": 0.5, "gpu_left": 0.3})
+    qo = _order(order, weights)
+    if node == "joint":
+        qo, pol = split(np.array(joint))
+    else:
+        pol = P.EarliestFinishTime() if node == "eft" else ScoredEFT(node={"rank": 0.5, "gpu_left": 0.3})
     pol.fit(pods)
-    q = simulate_queue(inp, cluster, pol, _order(order, weights), backfill)
+    q = simulate_queue(inp, cluster, pol, qo, backfill)
     frame = q.trace.to_frame(cluster)
     assert np.isfinite(q.trace.start).all()  # every pod started (once: the audit)
     assert check_trace(frame, table, pods) == []
@@ -67,6 +76,57 @@ def test_greedy_shortest_first_is_the_default_engines_eft(nodes, tasks):
     for order in (ORDERS["sjf"](), LearnedOrder()):  # all-zero learned weights are sjf
         got = simulate_queue(inp, cluster, eft, order, "greedy").trace.to_frame(cluster)
         pd.testing.assert_frame_equal(got, want)
+
+
+@needs_traces
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.lists(node_st, min_size=1, max_size=6), tasks=st.lists(task_st, min_size=1, max_size=40),
+       fade=st.floats(-2, 3), order=joint_st, backfill=st.sampled_from(BACKFILL))
+def test_zero_node_weights_are_efts_node_choice(nodes, tasks, fade, order, backfill):
+    """The joint policy with zero node weights (any fade) picks eft's node and GPUs for every
+    pod, whatever the order and backfilling; all-zero weights are the default engine's eft."""
+    case = random_case(nodes, tasks)
+    if case is None:
+        return
+    _, cluster, pods, inp = case
+    theta = np.array(order)
+    theta[len(FEATURES):len(FEATURES) + len(NODE_KEYS)] = 0.0
+    theta[-1] = fade
+    qo, pol = split(theta)
+    pol.fit(pods)
+    pol.name = "eft"  # the frames carry the policy's name
+    eft = P.EarliestFinishTime()
+    eft.fit(pods)
+    got = simulate_queue(inp, cluster, pol, qo, backfill).trace.to_frame(cluster)
+    qo2, _ = split(theta)
+    want = simulate_queue(inp, cluster, eft, qo2, backfill).trace.to_frame(cluster)
+    pd.testing.assert_frame_equal(got, want)
+    zero, pol0 = split(np.zeros(len(JOINT_FEATURES)))
+    pol0.fit(pods)
+    pol0.name = "eft"
+    pd.testing.assert_frame_equal(simulate_queue(inp, cluster, pol0, zero, "greedy").trace.to_frame(cluster),
+                                  simulate(inp, cluster, eft).to_frame(cluster))
+
+
+@needs_traces
+def test_faded_node_weights_count_at_light_load_only():
+    """Two empty nodes, one fast (V100) and one slow (T4); ``node_rank`` < 0 prefers the slow
+    one.  With no other pod waiting the weights count in full, fade or not; with 49 others
+    waiting a fade of 5 (scale 50^-5) hands the choice back to eft's fastest node."""
+    from hybridsched.kinds.cluster.state import ClusterState
+
+    case = random_case([(1, "V100M16", 64000, 65536), (1, "T4", 64000, 65536)], [(0.0, 100.0, 1, 1000, 500, 512, "")])
+    assert case is not None
+    _, cluster, pods, inp = case
+    fast = int(np.argmax(cluster.model_speed()[cluster.node_model]))
+    nodes = np.arange(cluster.n_nodes)
+    for fade, waiting, want_fast in ((0.0, 1, False), (5.0, 1, False), (0.0, 50, False), (5.0, 50, True)):
+        _, pol = split(joint_vector({"node_rank": -5.0, "node_fade": fade}, "test"))
+        pol.fit(pods)
+        pol.prepare(inp, cluster)
+        state = ClusterState(cluster)
+        state.n_waiting = waiting  # the pod being placed included
+        assert (int(nodes[pol.choose(0, nodes, state)]) == fast) == want_fast, (fade, waiting)
 
 
 @needs_traces
@@ -110,6 +170,33 @@ def test_bad_backfill_and_weights_are_one_line():
         simulate_queue(None, None, None, ORDERS["fifo"](), "sometimes")  # type: ignore[arg-type]
     with pytest.raises(HybridschedError, match="unknown feature"):
         LearnedOrder({"agin": 1.0})
+    with pytest.raises(HybridschedError, match=r"learned_order.json: unknown weight\(s\) \['node_rnk'\]"):
+        joint_vector({"node_rnk": 1.0}, "learned_order.json")
+    with pytest.raises(HybridschedError, match="finite"):
+        split(np.full(len(JOINT_FEATURES), np.nan))
+
+
+def test_stratified_loads_and_the_worst_stratum_rule():
+    """With ``strata`` window j draws its load in bin j % strata; ``select: worst`` scores the
+    largest per-bin mean; ``worst`` without strata is refused in one line."""
+    from hybridsched.kinds.cluster.policies import EarliestFinishTime
+    from hybridsched.kinds.cluster.queue_train import QueueTrainSettings, draw_scenarios, select_cost
+    from tests.cluster.test_contention_bound import random_case as rc
+
+    s = QueueTrainSettings(min_pods=3, max_pods=5, base_rate=2.0, min_load=1.0, max_load=2.0, strata=2, select="worst")
+    tasks = [(float(t), 50.0, 1, 500, 500, 512, "") for t in range(12)]
+    case = rc([(4, "V100M16", 64000, 65536)], tasks)
+    assert case is not None
+    _, cluster, pods, _ = case
+    eft = EarliestFinishTime()
+    eft.fit(pods)
+    sc = draw_scenarios(pods, cluster, eft, s, 5, seed=3)
+    loads = [x.rate / s.base_rate for x in sc]
+    assert all(1.0 <= x <= 1.5 for x in loads[0::2]) and all(1.5 <= x <= 2.0 for x in loads[1::2])
+    assert [x.rate for x in draw_scenarios(pods, cluster, eft, s, 5, seed=3)] == [x.rate for x in sc]
+    assert select_cost(np.array([1.0, 0.8, 1.0, 1.2]), s) == pytest.approx(1.0)
+    with pytest.raises(HybridschedError, match="select = 'worst' is out of range"):
+        QueueTrainSettings(select="worst")
 
 
 def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):

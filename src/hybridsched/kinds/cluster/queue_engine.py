@@ -126,6 +126,7 @@ def simulate_queue(inp: RunInputs, cluster: NodeCluster, policy, order: QueueOrd
         pend[i] = state.t + pred[i, model[nd]]
         running[nd].add(i)
         heapq.heappush(heap, (state.t + rt, i))
+        state.n_waiting -= 1
 
     def reserve(h: int, t: float) -> tuple[int, int, float, list]:
         """The head's reservation: (head, node, time, projected [cpu, mem, gpu] of that node then)."""
@@ -151,6 +152,8 @@ def simulate_queue(inp: RunInputs, cluster: NodeCluster, policy, order: QueueOrd
         nonlocal n_res
         if not queue:
             return
+        # the node policy sees the backlog as it stands: pods still waiting, this pod included
+        state.n_waiting = len(queue)
         ids = np.array(queue, dtype=np.int64)
         fit = state.fits(inp, ids, all_nodes)
         sc = np.asarray(order.scores(ids, state.t, state, fit), dtype=np.float64)
@@ -193,7 +196,6 @@ def simulate_queue(inp: RunInputs, cluster: NodeCluster, policy, order: QueueOrd
             started.append(i)
         for i in started:
             queue.remove(i)
-        state.n_waiting = len(queue)
 
     nxt = 0
     while nxt < n or heap:

@@ -55,7 +55,13 @@ class HighestSlowdown(QueueOrder):
         return -(wait + self.est[ids]) / self.est[ids]
 
 
-FEATURES = ("gpus", "cpu", "wait_ratio", "fits_now", "slow_now", "long")
+FEATURES = ("gpus", "cpu", "wait_ratio", "fits_now", "slow_now", "long", "backlog_short", "backlog_wait")
+BACKLOG_SCALE = 4.0  # log1p(pods waiting) / 4: about 1 at a backlog of 50 pods
+
+
+def backlog(state) -> float:
+    """The backlog term of the load-adaptive features: ``log1p(pods waiting) / 4``."""
+    return float(np.log1p(max(state.n_waiting, 0))) / BACKLOG_SCALE
 
 
 class LearnedOrder(QueueOrder):
@@ -70,7 +76,12 @@ class LearnedOrder(QueueOrder):
       first, so the head reserved by EASY is the first pod that does *not* fit);
     * ``slow_now``: ``log(fastest allowed speed / fastest speed among the nodes it fits now)``
       (0 if it fits nowhere): how much slower than it could be the pod would run if started now;
-    * ``long``: ``log(est / 1 h)`` clipped at 0 from below (an extra weight on long pods).
+    * ``long``: ``log(est / 1 h)`` clipped at 0 from below (an extra weight on long pods);
+    * ``backlog_short``: ``b * log(est / 1 h)`` with ``b`` = :func:`backlog` (pods waiting at
+      this pass): shortest-first grows stronger (> 0) or weaker (< 0) as the queue grows;
+    * ``backlog_wait``: ``b * log(1 + wait / est)``: aging that grows with the queue.
+
+    The two backlog terms let one weight vector order differently at light and heavy load.
     """
 
     name = "learned"
@@ -99,8 +110,10 @@ class LearnedOrder(QueueOrder):
     def scores(self, ids, t, state, fit):
         w = self.theta
         s = self.static[ids].copy()
-        if w[2] != 0.0:
-            s += w[2] * np.log1p((t - self.inp.arrival[ids]) / self.est[ids])
+        if w[2] != 0.0 or w[7] != 0.0:
+            s += (w[2] + w[7] * backlog(state)) * np.log1p((t - self.inp.arrival[ids]) / self.est[ids])
+        if w[6] != 0.0:
+            s += w[6] * backlog(state) * np.log(self.est[ids] / 3600.0)
         if w[3] != 0.0 or w[4] != 0.0:
             anyfit = fit.any(axis=1)
             s += w[3] * anyfit

@@ -31,6 +31,7 @@ from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.policies import EarliestFinishTime
 from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
 from hybridsched.kinds.cluster.queue_order import FEATURES, LearnedOrder
+from hybridsched.kinds.cluster.queue_policy import JOINT_FEATURES, NODE_KEYS, split
 from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.rl.cem import CEMSettings, train
 
@@ -49,6 +50,10 @@ class QueueTrainSettings:
     max_load: float = 1.5
     eval_windows: int = 4       # selection scenarios, and as many check scenarios
     backfill: str = "greedy"    # the queue mode's backfilling rule while training
+    strata: int = 0             # > 0: loads stratified into this many equal bins, window j in bin j % strata
+    select: str = "mean"        # pick the generation by the "mean" cost or the "worst" stratum's mean cost
+    joint: bool = False         # learn the node choice too (queue_policy.py), from eft's (all zeros)
+    node_search: str = "all"    # joint: move "all" node weights, or only the "fade" (node weights held at the start)
 
     def __post_init__(self) -> None:
         bad = [(k, v) for k, v, ok in (
@@ -56,7 +61,10 @@ class QueueTrainSettings:
             ("max_pods", self.max_pods, self.max_pods >= self.min_pods), ("base_rate", self.base_rate, self.base_rate > 0),
             ("min_load", self.min_load, self.min_load > 0), ("max_load", self.max_load, self.max_load >= self.min_load),
             ("eval_windows", self.eval_windows, self.eval_windows >= 0),
-            ("backfill", self.backfill, self.backfill in BACKFILL)) if not ok]
+            ("backfill", self.backfill, self.backfill in BACKFILL), ("strata", self.strata, self.strata >= 0),
+            ("select", self.select, self.select in ("mean", "worst") and (self.select == "mean" or self.strata > 0)),
+            ("joint", self.joint, isinstance(self.joint, bool)),
+            ("node_search", self.node_search, self.node_search in ("all", "fade"))) if not ok]
         if bad:
             k, v = bad[0]
             raise HybridschedError(f"queue training: {k} = {v!r} is out of range")
@@ -64,53 +72,114 @@ class QueueTrainSettings:
 
 def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
                    n: int, seed: int) -> list[Scenario]:
-    """``n`` seeded windows of the training split, each at a load drawn from the mixture."""
-    return draw_windows(train_pods, cluster, eft, n, seed, min_pods=s.min_pods, max_pods=s.max_pods,
-                        low=s.min_load, high=s.max_load, scale=s.base_rate)
+    """``n`` seeded windows of the training split, each at a load drawn from the mixture; with
+    ``strata`` the mixture is cut into equal load bins and window ``j`` draws its load in bin
+    ``j % strata`` (every generation then sees light and heavy windows alike)."""
+    if not s.strata:
+        return draw_windows(train_pods, cluster, eft, n, seed, min_pods=s.min_pods, max_pods=s.max_pods,
+                            low=s.min_load, high=s.max_load, scale=s.base_rate)
+    edges = np.linspace(s.min_load, s.max_load, s.strata + 1)
+    per = [draw_windows(train_pods, cluster, eft, len(range(b, n, s.strata)), seed * 31 + b, min_pods=s.min_pods,
+                        max_pods=s.max_pods, low=float(edges[b]), high=float(edges[b + 1]), scale=s.base_rate)
+           for b in range(min(s.strata, n))]
+    return [per[j % s.strata][j // s.strata] for j in range(n)]
+
+
+def make_policy(theta: np.ndarray, node_policy, train_pods: PodTable | None) -> tuple[LearnedOrder, Any]:
+    """The order and node policy of ``theta``: a joint vector (``queue_policy.JOINT_FEATURES``,
+    the node policy built and fitted here) or an order vector with the given fitted node policy."""
+    if len(theta) == len(JOINT_FEATURES):
+        order, pol = split(theta)
+        pol.fit(train_pods)
+        return order, pol
+    order = LearnedOrder()
+    order.set_weights(theta)
+    return order, node_policy
+
+
+def window_costs(theta: np.ndarray, scenarios: list[Scenario], cluster: NodeCluster, node_policy, backfill: str,
+                 train_pods: PodTable | None = None) -> np.ndarray:
+    """Per scenario: mean JCT (queue mode, policy ``theta``) / eft's (the default engine)."""
+    order, pol = make_policy(theta, node_policy, train_pods)
+    costs = []
+    for sc in scenarios:
+        tr = simulate_queue(sc.inp, cluster, pol, order, backfill).trace
+        costs.append(float(np.mean(tr.end - sc.inp.arrival)) / sc.eft_jct)
+    return np.array(costs)
 
 
 def queue_cost(theta: np.ndarray, scenarios: list[Scenario], cluster: NodeCluster, node_policy,
-               backfill: str) -> float:
-    """Mean over the scenarios of mean JCT (queue mode, learned order ``theta``) / eft's."""
-    order = LearnedOrder()
-    order.set_weights(theta)
-    costs = []
-    for sc in scenarios:
-        tr = simulate_queue(sc.inp, cluster, node_policy, order, backfill).trace
-        costs.append(float(np.mean(tr.end - sc.inp.arrival)) / sc.eft_jct)
-    return float(np.mean(costs))
+               backfill: str, train_pods: PodTable | None = None) -> float:
+    """Mean over the scenarios of mean JCT (queue mode, policy ``theta``) / eft's."""
+    return float(np.mean(window_costs(theta, scenarios, cluster, node_policy, backfill, train_pods)))
+
+
+def select_cost(costs: np.ndarray, s: QueueTrainSettings) -> float:
+    """The selection rule: the mean cost, or (``select: worst``) the largest per-stratum mean."""
+    if s.select == "mean":
+        return float(np.mean(costs))
+    return float(max(np.mean(costs[b::s.strata]) for b in range(min(s.strata, len(costs)))))
 
 
 def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CEMSettings, s: QueueTrainSettings,
-                log: Callable[[str], None] | None = None) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
-    """CEM from the all-zero weights: ``(theta, history, metrics)``.  ``node_policy`` is fitted
-    already (eft, or cem's node scorer) and keeps its node choice; only the order is learned."""
+                log: Callable[[str], None] | None = None, node_start: np.ndarray | None = None
+                ) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
+    """CEM from the all-zero weights: ``(theta, history, metrics)``.  Without ``joint``,
+    ``node_policy`` is fitted already (eft, or cem's node scorer) and keeps its node choice, only
+    the order is learned (layout ``FEATURES``); with ``joint`` the node choice is learned too
+    (``node_policy`` unused; layout ``JOINT_FEATURES``, all zeros = eft).  ``node_start``: the
+    joint search's start for the node weights (e.g. ``cem``'s trained ones; default 0, eft's
+    choice); with ``node_search: fade`` they stay there and only the order and the fade move.
+    With a nonzero start the all-zero vector (eft) is a candidate of the pick as well, so the
+    pick falls back to eft when nothing scores better on the selection windows."""
     eft = EarliestFinishTime()
     eft.fit(train_pods)
+    names = JOINT_FEATURES if s.joint else FEATURES
+    theta0 = np.zeros(len(names))
+    free = np.arange(len(names))
+    if s.joint:
+        nodes = slice(len(FEATURES), len(FEATURES) + len(NODE_KEYS))
+        if node_start is not None:
+            theta0[nodes] = np.asarray(node_start, dtype=np.float64)
+        if s.node_search == "fade":
+            free = np.array([*range(len(FEATURES)), len(names) - 1])
+
+    def full(sub: np.ndarray) -> np.ndarray:
+        theta = theta0.copy()
+        theta[free] = sub
+        return theta
+
     means: list[np.ndarray] = []
 
     def objective(thetas: np.ndarray, generation: int) -> np.ndarray:
-        means.append(thetas[0].copy())
+        means.append(full(thetas[0]))
         scen = draw_scenarios(train_pods, cluster, eft, s, s.windows, cem.seed * 7919 + generation)
-        costs = np.array([queue_cost(th, scen, cluster, node_policy, s.backfill) for th in thetas])
+        costs = np.array([queue_cost(full(th), scen, cluster, node_policy, s.backfill, train_pods) for th in thetas])
         if log:
             log(f"generation {generation}: best {costs.min():.4f}, mean member {costs.mean():.4f}")
         return costs
 
-    result = train(objective, np.zeros(len(FEATURES)), cem)
-    candidates = [*means, result.theta]
+    result = train(objective, theta0[free], cem)
+    candidates = [*means, full(result.theta)]
+    if np.any(theta0):
+        candidates.append(np.zeros(len(names)))  # eft itself (the last candidate: ties go to a generation)
     metrics: dict[str, Any] = {"settings": {**cem.to_dict(), **asdict(s)}, "wall_s": result.wall_s,
                                "first_mean_cost": result.history[0]["mean_cost"],
                                "last_mean_cost": result.history[-1]["mean_cost"]}
     theta = candidates[-1]
     if s.eval_windows:
         select = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + SELECT_SEED)
-        costs = [queue_cost(th, select, cluster, node_policy, s.backfill) for th in candidates]
-        pick = int(np.argmin(costs))
+        per = [window_costs(th, select, cluster, node_policy, s.backfill, train_pods) for th in candidates]
+        costs = [select_cost(c, s) for c in per]
+        pick = int(np.argmin(costs))  # ties: the earlier generation
         theta = candidates[pick]
         check = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + 2 * SELECT_SEED)
+        check_costs = window_costs(theta, check, cluster, node_policy, s.backfill, train_pods)
         metrics.update({"selected_generation": pick, "selection_cost": costs[pick],
-                        "selection_cost_zero_weights": costs[0],
-                        "check_cost": queue_cost(theta, check, cluster, node_policy, s.backfill)})
-    metrics["weights"] = {f: round(float(v), 6) for f, v in zip(FEATURES, theta, strict=True)}
-    return np.array([metrics["weights"][f] for f in FEATURES]), result.history, metrics
+                        "selection_cost_start": costs[0], "selection_cost_eft": costs[-1] if np.any(theta0) else costs[0],
+                        "selection_costs": [round(c, 4) for c in costs], "selection_mean_cost": float(np.mean(per[pick])),
+                        "check_cost": float(np.mean(check_costs)), "check_select_cost": select_cost(check_costs, s),
+                        "check_loads": [round(sc.rate / s.base_rate, 4) for sc in check],
+                        "check_window_costs": [round(float(c), 4) for c in check_costs]})
+    metrics["weights"] = {f: round(float(v), 6) for f, v in zip(names, theta, strict=True)}
+    return np.array([metrics["weights"][f] for f in names]), result.history, metrics
