@@ -186,19 +186,28 @@ def test_a_late_heuristic_is_a_tune_target(tmp_path):
     assert set(out["best_params"]) == {"aging", "beta_cpu", "beta_gpu", "backlog_s"}
 
 
-def test_simulate_and_evaluate_stages_run_late_policies_with_sim_dispatch_late(tmp_path):
-    from hybridsched.errors import HybridschedError
+def late_simulate(tmp_path, names: list[str]):
+    """The simulate stage in late mode on a small generated workload under ``tmp_path``:
+    (kind, the overrides, the run, the results table)."""
     from hybridsched.kinds import get_kind
     from tests.runs import compose_run, outputs_in
 
     kind = get_kind("machine")
     over = [*outputs_in(tmp_path), "workload.n_train=50", "workload.n_test=200", "sim.bound_lp.enabled=false"]
     kind.generate(compose_run(*over))
-    run = compose_run(*over, "sim.dispatch=late", "sim.policies.machine=[spt_late,wspt_late,eft_late,heft_late]")
+    run = compose_run(*over, "sim.dispatch=late", f"sim.policies.machine=[{','.join(names)}]")
     kind.check_config(run)
     table = kind.simulate(run)
-    assert set(table.index) == {"spt_late", "wspt_late", "eft_late", "heft_late"}
+    assert set(table.index) == set(names)
     assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all()  # the (solo) bound holds in late mode too
+    return kind, over, run, table
+
+
+def test_simulate_and_evaluate_stages_run_late_policies_with_sim_dispatch_late(tmp_path):
+    from hybridsched.errors import HybridschedError
+    from tests.runs import compose_run
+
+    kind, over, run, _ = late_simulate(tmp_path, ["spt_late", "wspt_late", "eft_late", "heft_late"])
     kind.evaluate(run)
     assert (tmp_path / "metrics" / "summary.json").is_file()
     with pytest.raises(HybridschedError, match="sim.dispatch=arrival: policy 'eft_late' dispatches late"):

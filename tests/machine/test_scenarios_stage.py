@@ -155,15 +155,8 @@ def test_bad_scenario_settings_are_refused_with_one_line(override, message):
 
 
 def test_simulate_runs_the_learned_late_policies_from_their_conf_entries(tmp_path):
-    """``python -m stages.simulate sim.dispatch=late "sim.policies.machine=[...,cem_late,dqn_late]"``:
-    dqn_late, cem_late and eft_late_plain have conf entries whose models are the committed ones."""
-    from hybridsched.kinds import get_kind
+    """``python -m stages.simulate sim.dispatch=late "sim.policies.machine=[...,cem_late,dqn_late,pg_late]"``:
+    dqn_late, pg_late, cem_late and eft_late_plain have conf entries whose models are the committed ones."""
+    from tests.machine.test_late_engine import late_simulate
 
-    kind = get_kind("machine")
-    over = [*outputs_in(tmp_path), "workload.n_train=50", "workload.n_test=200", "sim.bound_lp.enabled=false"]
-    kind.generate(compose_run(*over))
-    run = compose_run(*over, "sim.dispatch=late", "sim.policies.machine=[wspt_late,eft_late_plain,cem_late,dqn_late]")
-    kind.check_config(run)
-    table = kind.simulate(run)
-    assert set(table.index) == {"wspt_late", "eft_late_plain", "cem_late", "dqn_late"}
-    assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all()
+    late_simulate(tmp_path, ["wspt_late", "eft_late_plain", "cem_late", "dqn_late", "pg_late"])

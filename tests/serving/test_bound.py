@@ -69,13 +69,18 @@ def test_bound_is_at_least_every_policy(sc, noise_seed, contention, factor, serv
                 assert met <= b[f"contention.{cls}.slo_attainment"] + 1e-12, (p.name, cls)
 
 
-def test_contention_bound_says_something_where_the_clairvoyant_one_does_not():
-    s = ServingSettings()
-    lat = dense(s)
+def heavy_stream(s: ServingSettings, lat: np.ndarray, n: int = 1500):
+    """A three-model stream at load 1.6, where the clairvoyant bound says nothing."""
     w = {"rate": None, "load": 1.6, "mix": {"models": {"resnet18": 0.4, "resnet50": 0.4, "vit_b16": 0.2},
                                               "classes": {"interactive": 0.7, "batch": 0.3}},
          "slo": {"rule": "factor", "interactive": 5, "batch": 50}}
-    reqs = to_requests(generate_stream(w, s, 1500, 1, 1, lat), s)
+    return to_requests(generate_stream(w, s, n, 1, 1, lat), s)
+
+
+def test_contention_bound_says_something_where_the_clairvoyant_one_does_not():
+    s = ServingSettings()
+    lat = dense(s)
+    reqs = heavy_stream(s, lat)
     noise = service_noise(s, len(reqs), 0)
     b = slo_bound(reqs, s, lat, noise=noise)
     assert b["clairvoyant.slo_attainment"] == 1.0  # every request feasible, lane budget not binding

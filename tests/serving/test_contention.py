@@ -167,14 +167,11 @@ def test_overlap_bound_still_sees_contention():
     from hybridsched.kinds.serving.bounds import slo_bound
     from hybridsched.kinds.serving.engine import service_noise
     from hybridsched.kinds.serving.metrics import summarize
-    from hybridsched.kinds.serving.workload import generate_stream
+    from tests.serving.test_bound import heavy_stream
 
     s = ServingSettings()
     lat = dense(s)
-    w = {"rate": None, "load": 1.6, "mix": {"models": {"resnet18": 0.4, "resnet50": 0.4, "vit_b16": 0.2},
-                                              "classes": {"interactive": 0.7, "batch": 0.3}},
-         "slo": {"rule": "factor", "interactive": 5, "batch": 50}}
-    reqs = to_requests(generate_stream(w, s, 1500, 1, 1, lat), s)
+    reqs = heavy_stream(s, lat)
     ov = replace(s, contention="overlap", alone_lat=lat / 1.8, served_lanes=2)
     noise = service_noise(ov, len(reqs), 0)
     b = slo_bound(reqs, ov, lat, noise=noise)

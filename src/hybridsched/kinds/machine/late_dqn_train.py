@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -101,9 +101,11 @@ def q_numpy(feat: np.ndarray, w: np.ndarray, hidden: int) -> np.ndarray:
     return h @ w3 + b3 - feat[:, N_FEAT]
 
 
-def run_episode(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, epsilon: float,
-                rng: np.random.Generator, grid: np.ndarray) -> tuple[list[np.ndarray], list[int], np.ndarray, Any]:
-    """One recorded run: per decision the candidates' features, the chosen index and the time."""
+def record_run(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, grid: np.ndarray,
+               choose: Callable[[np.ndarray], int]) -> tuple[list[np.ndarray], list[int], np.ndarray, Any, float]:
+    """One run of the late engine's Python path recording each decision: the candidates'
+    features, the index ``choose(features)`` picked and the time; also the engine's outputs
+    and the draw's mean best-alone time ``m``. Shared by the DQN and policy-gradient trainers."""
     X = task_matrix(tasks, cluster)
     pdata = pdata_of(tasks, cluster, X)
     params = head_params(cluster, hidden, weights, grid)
@@ -117,15 +119,25 @@ def run_episode(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int,
         if c == 0:
             return -1, -1, 0.0, g
         feat = feat[:c]
-        a = int(rng.integers(c)) if rng.random() < epsilon else int(np.argmax(q_numpy(feat, weights, hidden)))
+        a = choose(feat)
         feats.append(feat.copy())
         acts.append(a)
         times.append(float(t))
         return int(ck[a]), int(cd[a]), float(cf[a]), g
 
     _, _, out = run_loop(_run_late.py_func, pick, X, pdata, params, tasks, cluster, real)
-    m = float(np.mean(pdata[:, 0]))
-    rewards = decision_rewards(np.asarray(times), tasks.arrival, out["end"], m)
+    return feats, acts, np.asarray(times), out, float(np.mean(pdata[:, 0]))
+
+
+def run_episode(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, epsilon: float,
+                rng: np.random.Generator, grid: np.ndarray) -> tuple[list[np.ndarray], list[int], np.ndarray, Any]:
+    """One ε-greedy recorded run: per decision the candidates' features, the chosen index and the reward."""
+    def choose(feat: np.ndarray) -> int:
+        c = len(feat)
+        return int(rng.integers(c)) if rng.random() < epsilon else int(np.argmax(q_numpy(feat, weights, hidden)))
+
+    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose)
+    rewards = decision_rewards(times, tasks.arrival, out["end"], m)
     return feats, acts, rewards, out["end"]
 
 

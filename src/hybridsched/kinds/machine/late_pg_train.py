@@ -37,11 +37,9 @@ import numpy as np
 from hybridsched.devices import Cluster
 from hybridsched.io import write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
-from hybridsched.kinds.machine.engine import task_matrix
-from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, q_numpy, score
-from hybridsched.kinds.machine.late_engine import _run_late, run_loop
+from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, q_numpy, record_run, score
 from hybridsched.kinds.machine.policies.base import fraction_grid
-from hybridsched.kinds.machine.policies.late_dqn import _NET, MODEL_FILE, N_FEAT, candidates, head_params, n_weights, pdata_of
+from hybridsched.kinds.machine.policies.late_dqn import MODEL_FILE, N_FEAT
 
 REPORT_FILE = "train_pg_late.json"
 
@@ -100,35 +98,20 @@ def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: flo
 
 def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, tau: float,
                 rng: np.random.Generator, grid: np.ndarray) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
-    """One sampled run: per decision the candidates' features and the sampled index, the
-    decision times, the tasks' end times and the draw's mean best-alone time ``m``."""
-    X = task_matrix(tasks, cluster)
-    pdata = pdata_of(tasks, cluster, X)
-    params = head_params(cluster, hidden, weights, grid)
-    grid0 = _NET + n_weights(hidden)
-    feats: list[np.ndarray] = []
-    acts: list[int] = []
-    times: list[float] = []
-
-    def pick(t, pool, n_pool, idle, est, qlen, X_, ready, pdata_, params_):
-        c, g, feat, ck, cd, cf = candidates(t, pool, n_pool, idle, est, X_, qlen, ready, pdata_, params_, grid0)
-        if c == 0:
-            return -1, -1, 0.0, g
-        feat = feat[:c]
+    """One sampled run: per decision the candidates' features, the sampled index (softmax of the
+    scores at temperature ``tau``), the decision times, the tasks' end times and the draw's mean
+    best-alone time ``m``."""
+    def choose(feat: np.ndarray) -> int:
+        c = len(feat)
         if c == 1:
-            a = 0
-        else:
-            z = q_numpy(feat, weights, hidden) / tau
-            p = np.exp(z - z.max())
-            a = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
-            a = min(a, c - 1)
-        feats.append(feat.copy())
-        acts.append(a)
-        times.append(float(t))
-        return int(ck[a]), int(cd[a]), float(cf[a]), g
+            return 0
+        z = q_numpy(feat, weights, hidden) / tau
+        p = np.exp(z - z.max())
+        a = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
+        return min(a, c - 1)
 
-    _, _, out = run_loop(_run_late.py_func, pick, X, pdata, params, tasks, cluster, real)
-    return feats, acts, np.asarray(times), out["end"], float(np.mean(pdata[:, 0]))
+    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose)
+    return feats, acts, times, out["end"], m
 
 
 def _load_init(path: str, hidden: int) -> np.ndarray | None:
