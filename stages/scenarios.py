@@ -35,8 +35,9 @@ def scenarios(run: Run) -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     metrics = run_stage(scenarios, cfg, outputs=("metrics_dir",))
     if "learned_within_ratio" in metrics:
-        print(f"scenarios: best learned <= {metrics['learned_ratio']}x the best heuristic of its mode on "
-              f"{metrics['learned_within_ratio']} of {metrics['n_scenarios']}; best policy x LP: "
+        per = ", ".join(f"{k} {v}" for k, v in metrics["learned_within_ratio_per_policy"].items())
+        print(f"scenarios: learned <= {metrics['learned_ratio']}x the best heuristic of its mode, scenarios of "
+              f"{metrics['n_scenarios']} per policy: {per}; best policy x LP: "
               + ", ".join(f"{k} {v['best_policy_x_bound']:.2f}" for k, v in metrics["bound"].items())
               + f"; {metrics['wall_s']} s")
 
