@@ -171,15 +171,23 @@ def score(model: dict[str, Any], draws, cluster: Cluster) -> list[float]:
     return out
 
 
+def deterministic_torch(seed: int) -> None:
+    """Seed torch and make it single-threaded and deterministic, so a trainer's model is byte
+    for byte the same on rerun (both late trainers call it)."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
 def train(settings: LateDQNSettings, mix: MachineCEMSettings, cluster: Cluster, out_dir: Path,
           log=print) -> dict[str, Any]:
     """Train, select and validate (module docstring); writes ``out_dir/model.json`` and
     ``out_dir/train_dqn_late.json``; returns the latter's content."""
     import torch
 
-    torch.manual_seed(settings.seed)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch(settings.seed)
     s = settings
     mix = MachineCEMSettings(**{**asdict(mix), "tasks": s.tasks})
     grid = fraction_grid(s.fraction_step)

@@ -37,7 +37,7 @@ import numpy as np
 from hybridsched.devices import Cluster
 from hybridsched.io import write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
-from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, q_numpy, record_run, score
+from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, deterministic_torch, q_numpy, record_run, score
 from hybridsched.kinds.machine.policies.base import fraction_grid
 from hybridsched.kinds.machine.policies.late_dqn import MODEL_FILE, N_FEAT
 
@@ -129,9 +129,7 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     ``out_dir/train_pg_late.json``; returns the latter's content."""
     import torch
 
-    torch.manual_seed(settings.seed)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_torch(settings.seed)
     s = settings
     mix = MachineCEMSettings(**{**asdict(mix), "tasks": s.tasks})
     grid = fraction_grid(s.fraction_step)
