@@ -113,3 +113,62 @@ def test_service_vs_overlap_bins_each_batch_by_its_overlap():
     assert t.loc["25-50 %", "batches"] == 2 and np.isclose(t.loc["25-50 %", "service_over_alone"], 3.0)
     assert t.loc["none (< 0.1 %)", "batches"] == 1 and np.isclose(t.loc["none (< 0.1 %)", "service_over_alone"], 1.0)
     assert np.isclose(t["served_over_alone"], 2.0).all()
+
+
+class _InstantLanes:
+    """Lanes without models: each job reports at once (1 ms of service); ``t0`` is None until
+    serve starts the clock."""
+
+    def __init__(self, n_lanes: int) -> None:
+        import queue
+        import threading
+
+        self.t0 = None
+        self.jobs = [queue.Queue() for _ in range(n_lanes)]
+        self.done = queue.Queue()
+        self.threads = [threading.Thread(target=self._work, args=(k,), daemon=True) for k in range(n_lanes)]
+        for th in self.threads:
+            th.start()
+
+    def clock(self) -> float:
+        import time
+
+        return time.perf_counter() - self.t0
+
+    def _work(self, lane: int) -> None:
+        while (job := self.jobs[lane].get()) is not None:
+            t = self.clock()
+            self.done.put((lane, job[0], t, t + 1e-3, None))
+
+    def close(self) -> None:
+        for q in self.jobs:
+            q.put(None)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "predictive"])
+def test_serve_compiles_its_decision_step_before_the_clock_starts(tiny, monkeypatch, policy):
+    """The first real run once waited ~1.6 s for numba to compile the decision step while its first
+    requests had arrived: serve makes one untimed decision before time 0."""
+    from hybridsched.kinds.serving import engine as E
+    from hybridsched.kinds.serving import real
+    from hybridsched.kinds.serving.latency import load_latency, with_served_model
+
+    run = Run(tiny, tracking=False)
+    s = with_served_model(get_kind("serving").settings_of(run))
+    lat, _ = load_latency(s)
+    reqs = real.real_stream(tiny["workload"], s, tiny["serving"]["real"], lat[:, 1])
+    lanes = _InstantLanes(2)
+    clock_at_call = []
+    decide = E.decide
+
+    def spy(*args):
+        clock_at_call.append(lanes.t0)
+        return decide(*args)
+
+    monkeypatch.setattr(E, "decide", spy)
+    try:
+        tr = real.serve(reqs, s, run.build_policies()[policy], lat, lanes)
+    finally:
+        lanes.close()
+    assert clock_at_call[0] is None and all(t is not None for t in clock_at_call[1:])
+    assert (tr.requests["batch_id"] >= -1).all() and len(tr.requests) == len(reqs)
