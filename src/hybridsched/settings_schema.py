@@ -488,6 +488,7 @@ SCHEMA: dict[str, Rule] = {
     "serving.profile.threads": NONNEG_INT,
     "serving.profile.lanes": POS_INT,
     "serving.profile.budget_s": NONNEG,
+    "serving.profile.idle_ms": NONNEG,
     "serving.predictor.model": Choice(("random_forest", "gradient_boosting")),
     "serving.predictor.n_estimators": POS_INT,
     "serving.predictor.test_batches": Nums(POS_INT, min_len=0),

@@ -39,3 +39,29 @@ def test_fit_batches_are_measured_while_the_budget_lasts():
     rich = profile_models(ProfileSettings(**base, budget_s=1e6))["table"]
     assert {(r["lanes"], r["batch"]): r["fitted"] for r in rich} == {k: False for k in none}
     assert {r["source"] for r in rich if r["lanes"] == 2} == {"served"}
+
+
+def test_idle_ms_idles_before_every_timed_call_and_outside_the_timing(monkeypatch):
+    """``idle_ms``: one sleep of that length before each timed call (single-lane and served), none
+    before a warm-up call, and the sleep is not part of the measured time."""
+    import pytest
+
+    from hybridsched.errors import HybridschedError
+    from hybridsched.kinds.serving import profile
+
+    slept: list[float] = []
+    real_sleep = profile.time.sleep
+
+    def sleep(s: float) -> None:
+        if s >= 0.5:  # the profile's idles; _PeakRSS's 1 ms polls pass through
+            slept.append(s)
+        real_sleep(min(s, 1e-3))
+
+    monkeypatch.setattr(profile.time, "sleep", sleep)
+    res = profile_models(ProfileSettings(models=("resnet18",), backends=("onnx",), measure_batches=(1, 2),
+                                         fit_batches=(), warmup=1, repeats=2, lanes=2, idle_ms=500.0))
+    # 2 batches x (2 single-lane calls + 2 lanes x 2 served calls)
+    assert slept == [0.5] * 12
+    assert all(r["latency_ms"] < 500 for r in res["table"])  # the idle is not timed
+    with pytest.raises(HybridschedError, match="serving.profile.idle_ms: must be >= 0, got -1"):
+        ProfileSettings.from_dict({"idle_ms": -1})

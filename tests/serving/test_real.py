@@ -49,6 +49,9 @@ def test_real_stream_runs_the_models_and_compares(tiny, tmp_path):
     assert "The pipeline's simulator (serving.contention 'overlap') is row `overlap`" in md
     assert "{'resnet18/torch': 0.12}" in md and "Load average" in md  # the sigma the simulator used, the load
     assert "P50/P95 figures within 15%" in md
+    bk = pd.read_csv(out / "sim_vs_real_backends.csv")  # per class and backend against the pipeline's row
+    assert set(bk["policy"]) == {"fifo", "edf", "predictive"} and set(bk["backend"]) == {"torch"}
+    assert "Per class and backend, measured against `overlap`" in md
     assert set(table["policy"]) == {"fifo", "edf", "predictive"} and "all" in set(table["class"])
     for name in ("fifo", "edf", "predictive"):
         tr = pd.read_parquet(out / f"real_{name}.parquet")
@@ -172,3 +175,19 @@ def test_serve_compiles_its_decision_step_before_the_clock_starts(tiny, monkeypa
         lanes.close()
     assert clock_at_call[0] is None and all(t is not None for t in clock_at_call[1:])
     assert (tr.requests["batch_id"] >= -1).all() and len(tr.requests) == len(reqs)
+
+
+def test_by_backend_splits_a_two_mode_class():
+    """Half the requests at 40 ms, half at 60 ms: the class's P50 sits between the modes, while each
+    backend's own P50 is exact; a sim 5 % slower on one backend shows as that backend's gap only."""
+    from hybridsched.kinds.serving.real import by_backend
+
+    def frame(fast, slow):
+        lat = np.r_[np.full(50, fast), np.full(50, slow)]
+        return pd.DataFrame({"cls": "interactive", "backend": ["onnx"] * 50 + ["torch"] * 50, "latency": lat,
+                             "dropped": False, "service": lat, "met_slo": True})
+
+    t = by_backend({"fifo": frame(0.040, 0.060)}, {"fifo": frame(0.040, 0.063)}).set_index("backend")
+    assert np.isclose(t.loc["onnx", "real_p50_ms"], 40) and np.isclose(t.loc["torch", "real_p50_ms"], 60)
+    assert np.isclose(t.loc["onnx", "p50_gap"], 0) and np.isclose(t.loc["torch", "p50_gap"], 0.05)
+    assert (t["n"] == 50).all()

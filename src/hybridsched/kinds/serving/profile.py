@@ -13,6 +13,11 @@ measured so far, times the calls, single-lane and served) fits what is left of `
 per (model, backend); the rest are extrapolated with a least-squares line
 ``latency = a + b * batch`` through the measured points and say ``fitted: true``.  Peak memory is
 the process's resident-set growth over the run (sampled every millisecond), fitted likewise.
+
+``idle_ms`` > 0 idles that long before every timed call, as a lightly loaded lane does between
+batches: such a call is slower than one of a back-to-back loop (in the real runs of
+docs/serving.md, ResNet-18 torch 10-25 % and ONNX Runtime ~7 % at batch 1), so a profile for a
+low-load stream times its calls that way.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class ProfileSettings:
     threads: int = 1
     lanes: int = 1   # > 1: also time each batch with this many concurrent workers, as the real mode serves
     budget_s: float = 0.0  # per (model, backend): fit_batches are measured too while their estimated cost fits
+    idle_ms: float = 0.0   # idle time before every timed call: 0 times back-to-back calls (lanes always busy);
+    # a lightly loaded lane idles between batches and its next call is slower (caches, clock), docs/serving.md
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSettings:
@@ -57,6 +64,8 @@ class ProfileSettings:
             raise HybridschedError("serving_profile: need measure_batches >= 1, repeats >= 1, warmup >= 0")
         if not float(s.budget_s) >= 0:
             raise HybridschedError(f"serving.profile.budget_s: must be >= 0, got {s.budget_s}")
+        if not float(s.idle_ms) >= 0:
+            raise HybridschedError(f"serving.profile.idle_ms: must be >= 0, got {s.idle_ms}")
         if int(s.lanes) < 1:
             raise HybridschedError(f"serving.profile.lanes: must be >= 1, got {s.lanes}")
         if len(s.measure_batches) < 2 and s.fit_batches:
@@ -167,19 +176,21 @@ class Runner:
         """Run the model on a float32 batch of images ``(b, 3, 224, 224)``."""
         self._run(x)
 
-    def __call__(self, batch: int) -> float:
-        """Run one batch of random images; seconds taken."""
+    def __call__(self, batch: int, idle_s: float = 0.0) -> float:
+        """Run one batch of random images after ``idle_s`` seconds of idling; seconds taken by the run."""
         x = self._inputs.get(batch)
         if x is None:  # made once, outside the timing (a concurrent worker's generation would overlap it)
             x = self._inputs[batch] = np.random.default_rng(batch).standard_normal((batch, *IMAGE), dtype=np.float32)
+        if idle_s > 0:
+            time.sleep(idle_s)
         t0 = time.perf_counter()
         self._run(x)
         return time.perf_counter() - t0
 
 
-def _served_times(runners: list[Runner], batch: int, warmup: int, repeats: int) -> np.ndarray:
+def _served_times(runners: list[Runner], batch: int, warmup: int, repeats: int, idle_s: float = 0.0) -> np.ndarray:
     """Seconds per call of ``len(runners)`` workers running ``batch`` at once (one thread each,
-    as the real mode's lanes; started together by a barrier)."""
+    as the real mode's lanes; started together by a barrier; ``idle_s`` before every timed call)."""
     barrier = threading.Barrier(len(runners))
     out: list[list[float]] = [[] for _ in runners]
 
@@ -190,7 +201,7 @@ def _served_times(runners: list[Runner], batch: int, warmup: int, repeats: int) 
         for _ in range(warmup):
             runners[k](batch)
         barrier.wait()
-        out[k] = [runners[k](batch) for _ in range(repeats)]
+        out[k] = [runners[k](batch, idle_s) for _ in range(repeats)]
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(len(runners))]
     for t in threads:
@@ -214,6 +225,7 @@ def profile_models(s: ProfileSettings) -> dict[str, Any]:
     sigma: dict[str, float] = {}
     lanes = int(s.lanes)
     calls = s.warmup + s.repeats
+    idle = float(s.idle_ms) / 1e3
     with tempfile.TemporaryDirectory(prefix="serving_profile_") as work:
         for name in s.models:
             for backend in s.backends:
@@ -230,21 +242,21 @@ def profile_models(s: ProfileSettings) -> dict[str, Any]:
                         b = todo.pop(0)
                     else:  # a fit batch: measured only if its estimated cost fits the budget left
                         b = extra[0]
-                        est = calls * sum(_line(pts, b) for pts in (measured, served) if pts)
+                        est = calls * sum(_line(pts, b) + idle for pts in (measured, served) if pts)
                         if time.perf_counter() - t_var + est > float(s.budget_s):
                             break
                         extra.pop(0)
                     for _ in range(s.warmup):
                         runner(b)
                     with _PeakRSS() as mem:
-                        times = np.array([runner(b) for _ in range(s.repeats)])
+                        times = np.array([runner(b, idle) for _ in range(s.repeats)])
                     q1, med, q3 = np.quantile(times, [0.25, 0.5, 0.75])
                     measured.append((b, med, mem.mb))
                     rows.append({"model": name, "backend": backend, "precision": "fp32", "batch": b,
                                  "latency_ms": med * 1e3, "spread_ms": (q3 - q1) * 1e3, "repeats": s.repeats,
                                  "peak_mem_mb": round(mem.mb, 1), "fitted": False, "source": "measured", "lanes": 1})
                     if lanes > 1:
-                        t = _served_times([runner, *others], b, s.warmup, s.repeats)
+                        t = _served_times([runner, *others], b, s.warmup, s.repeats, idle)
                         q1, med, q3 = np.quantile(t, [0.25, 0.5, 0.75])
                         served.append((b, med, mem.mb))
                         logr.append(np.log(t / med))
