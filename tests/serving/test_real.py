@@ -12,6 +12,7 @@ import pytest
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds import get_kind
 from hybridsched.kinds.base import Run
+from hybridsched.kinds.serving import real
 from hybridsched.kinds.serving.metrics import check_trace
 from hybridsched.kinds.serving.real import TARGET_GAP, calibrated_table, compare_traces
 from hybridsched.kinds.serving.settings import ServingSettings
@@ -118,34 +119,16 @@ def test_service_vs_overlap_bins_each_batch_by_its_overlap():
     assert np.isclose(t["served_over_alone"], 2.0).all()
 
 
-class _InstantLanes:
-    """Lanes without models: each job reports at once (1 ms of service); ``t0`` is None until
-    serve starts the clock."""
+class _InstantLanes(real.Lanes):
+    """The real mode's lanes without models: each job reports at once; ``t0`` is None until serve
+    starts the clock."""
 
     def __init__(self, n_lanes: int) -> None:
-        import queue
-        import threading
-
+        self._start(n_lanes)
         self.t0 = None
-        self.jobs = [queue.Queue() for _ in range(n_lanes)]
-        self.done = queue.Queue()
-        self.threads = [threading.Thread(target=self._work, args=(k,), daemon=True) for k in range(n_lanes)]
-        for th in self.threads:
-            th.start()
 
-    def clock(self) -> float:
-        import time
-
-        return time.perf_counter() - self.t0
-
-    def _work(self, lane: int) -> None:
-        while (job := self.jobs[lane].get()) is not None:
-            t = self.clock()
-            self.done.put((lane, job[0], t, t + 1e-3, None))
-
-    def close(self) -> None:
-        for q in self.jobs:
-            q.put(None)
+    def _infer(self, lane: int, v: int, s: int) -> None:
+        pass
 
 
 @pytest.mark.parametrize("policy", ["fifo", "predictive"])
@@ -153,7 +136,6 @@ def test_serve_compiles_its_decision_step_before_the_clock_starts(tiny, monkeypa
     """The first real run once waited ~1.6 s for numba to compile the decision step while its first
     requests had arrived: serve makes one untimed decision before time 0."""
     from hybridsched.kinds.serving import engine as E
-    from hybridsched.kinds.serving import real
     from hybridsched.kinds.serving.latency import load_latency, with_served_model
 
     run = Run(tiny, tracking=False)

@@ -56,6 +56,10 @@ class Lanes:
                                         model=models[settings.variant_names(int(v))[0]]) for v in variants}
                         for _ in range(n_lanes)]
         self.x = np.random.default_rng(0).standard_normal((settings.max_batch, *IMAGE), dtype=np.float32)
+        self._start(n_lanes)
+
+    def _start(self, n_lanes: int) -> None:
+        """The job queues, the completion queue and one worker thread per lane."""
         self.jobs = [queue.Queue() for _ in range(n_lanes)]
         self.done: queue.Queue = queue.Queue()
         self.t0 = time.perf_counter()
@@ -75,10 +79,13 @@ class Lanes:
             nb, v, s = job
             try:
                 t_start = self.clock()
-                self.runners[lane][v].infer(self.x[:s])
+                self._infer(lane, v, s)
                 self.done.put((lane, nb, t_start, self.clock(), None))
             except Exception as e:  # surfaced in the dispatcher
                 self.done.put((lane, nb, 0.0, 0.0, e))
+
+    def _infer(self, lane: int, v: int, s: int) -> None:
+        self.runners[lane][v].infer(self.x[:s])
 
     def warm_up(self, sizes=(1, 2)) -> None:
         """Untimed first calls (lazy initialisation) of every runner on every lane."""
