@@ -8,6 +8,8 @@ choice whatever its order and fade; runs and training are deterministic."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -199,6 +201,45 @@ def test_stratified_loads_and_the_worst_stratum_rule():
         QueueTrainSettings(select="worst")
 
 
+def _twelve_pods_on_four_gpus():
+    from hybridsched.kinds.cluster.policies import EarliestFinishTime
+
+    tasks = [(10.0 * t, 15.0 + 10.0 * (t % 3), 1, 1000, 500, 512, "") for t in range(12)]
+    case = random_case([(4, "V100M16", 64000, 65536)], tasks)
+    assert case is not None
+    _, cluster, pods, _ = case
+    eft = EarliestFinishTime()
+    eft.fit(pods)
+    return pods, cluster, eft
+
+
+def test_matched_rate_hits_the_waited_share_and_windows_keep_their_draws():
+    """``matched_rate`` finds the rate factor at which eft makes the asked share wait (the
+    share crosses it there; the ends of the bracket when it is not crossed); calibrated windows
+    are the same windows and load factors as uncalibrated ones of the same seed, at their own
+    base rate times the load."""
+    from hybridsched.kinds.cluster.queue_train import (QueueTrainSettings, draw_scenarios, matched_rate,
+                                                       waited_share)
+
+    pods, cluster, eft = _twelve_pods_on_four_gpus()
+    r = matched_rate(pods, cluster, eft, 0.3)
+    assert waited_share(pods, cluster, eft, r / 1.02) < 0.3 <= waited_share(pods, cluster, eft, r * 1.02)
+    assert matched_rate(pods, cluster, eft, 0.3) == r  # deterministic
+    assert matched_rate(pods, cluster, eft, 0.99, high=1.0) == 1.0  # never crossed: the bracket's end
+    kw = {"min_pods": 4, "max_pods": 8, "min_load": 0.75, "max_load": 1.75, "strata": 2}
+    plain = draw_scenarios(pods, cluster, eft, QueueTrainSettings(**kw), 4, seed=5)
+    cal = draw_scenarios(pods, cluster, eft, QueueTrainSettings(**kw, calibrate="wait_share", wait_share=0.3), 4,
+                         seed=5)
+    assert [(a.start, a.pods, a.load) for a in plain] == [(b.start, b.pods, b.load) for b in cal]
+    for sc in cal:
+        window = pods.subset(np.arange(sc.start, sc.start + sc.pods))
+        window.arrival = window.arrival - window.arrival[0]
+        base = matched_rate(window, cluster, eft, 0.3)
+        assert sc.rate == pytest.approx(base * sc.load)
+    with pytest.raises(HybridschedError, match="calibrate = 'often' is out of range"):
+        QueueTrainSettings(calibrate="often")
+
+
 def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
     model, two generations of four; the outputs of two runs are byte-identical."""
@@ -222,6 +263,16 @@ def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
         outs.append([(tmp_path / d / f).read_bytes() for f in ("cluster_queue.csv", "learned_order.json",
                                                                 "cluster_queue.png")])
     assert outs[0] == outs[1]
+    doc = json.loads((tmp_path / "a" / "learned_order.json").read_text())
+    assert doc["weights"]["node_fade"] >= 0.0  # the default floor: node preferences never grow with the backlog
+    # training alone, then the saved weights evaluated: the same table as the one command
+    main(["--out", str(tmp_path / "c"), "--train-only", "--generations", "2", "--population", "4", "--windows", "1",
+          "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "1", "--", *ov])
+    assert not (tmp_path / "c" / "cluster_queue.csv").exists()
+    assert (tmp_path / "c" / "learned_order.json").read_bytes() == outs[0][1]
+    main(["--out", str(tmp_path / "d"), "--rates", "1", "2", "--weights", str(tmp_path / "c" / "learned_order.json"),
+          "--", *ov])
+    assert (tmp_path / "d" / "cluster_queue.csv").read_bytes() == outs[0][0]
     df = pd.read_csv(tmp_path / "a" / "cluster_queue.csv")
     assert set(df["policy"]) >= {"eft", "cem", "learned", "fifo+easy"} and (df["mean_jct"] >= df["bound"] - 1e-6).all()
     assert np.allclose(df.loc[df.policy == "eft", "vs_eft"], 1.0)
