@@ -76,16 +76,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--generations", type=int, default=10)
     ap.add_argument("--population", type=int, default=16)
     ap.add_argument("--windows", type=int, default=4)
-    ap.add_argument("--min-pods", type=int, default=1200)
-    ap.add_argument("--max-pods-window", type=int, default=2400)
+    ap.add_argument("--min-pods", type=int, default=800)
+    ap.add_argument("--max-pods-window", type=int, default=1600)
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--min-load", type=float, default=0.75, help="the training load mixture's range")
-    ap.add_argument("--max-load", type=float, default=1.75)
-    ap.add_argument("--calibrate", choices=["wait_share", "rate"], default="wait_share",
+    ap.add_argument("--min-load", type=float, default=1.0, help="the training load mixture's range")
+    ap.add_argument("--max-load", type=float, default=2.0)
+    ap.add_argument("--calibrate", choices=["rate", "wait_share"], default="rate",
                     help="load 1 of a training window: matched per window on eft's waited share, or one rate factor")
     ap.add_argument("--wait-share", type=float, default=0.26, help="calibrate wait_share: eft's waited share at load 1")
-    ap.add_argument("--min-fade", type=_fade_floor, default=0.0,
+    ap.add_argument("--min-fade", type=_fade_floor, default=None,
                     help="learned node choice: the fade's floor ('none': unbounded; 0: node preferences never grow "
                          "with the backlog)")
     ap.add_argument("--train-only", action="store_true",

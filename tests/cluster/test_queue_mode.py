@@ -263,8 +263,6 @@ def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
         outs.append([(tmp_path / d / f).read_bytes() for f in ("cluster_queue.csv", "learned_order.json",
                                                                 "cluster_queue.png")])
     assert outs[0] == outs[1]
-    doc = json.loads((tmp_path / "a" / "learned_order.json").read_text())
-    assert doc["weights"]["node_fade"] >= 0.0  # the default floor: node preferences never grow with the backlog
     # training alone, then the saved weights evaluated: the same table as the one command
     main(["--out", str(tmp_path / "c"), "--train-only", "--generations", "2", "--population", "4", "--windows", "1",
           "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "1", "--", *ov])
@@ -273,6 +271,55 @@ def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     main(["--out", str(tmp_path / "d"), "--rates", "1", "2", "--weights", str(tmp_path / "c" / "learned_order.json"),
           "--", *ov])
     assert (tmp_path / "d" / "cluster_queue.csv").read_bytes() == outs[0][0]
+    # this session's runs' flags: windows matched on eft's waited share, a fade floor of 1
+    main(["--out", str(tmp_path / "e"), "--train-only", "--generations", "2", "--population", "4", "--windows", "2",
+          "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "2", "--calibrate", "wait_share",
+          "--min-load", "0.75", "--max-load", "1.75", "--min-fade", "1", "--", *ov])
+    doc = json.loads((tmp_path / "e" / "learned_order.json").read_text())
+    assert doc["weights"]["node_fade"] >= 1.0 and len(doc["train"]["check_rates"]) == 2
     df = pd.read_csv(tmp_path / "a" / "cluster_queue.csv")
     assert set(df["policy"]) >= {"eft", "cem", "learned", "fifo+easy"} and (df["mean_jct"] >= df["bound"] - 1e-6).all()
     assert np.allclose(df.loc[df.policy == "eft", "vs_eft"], 1.0)
+
+
+@needs_traces
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.lists(node_st, min_size=1, max_size=5), tasks=st.lists(task_st, min_size=1, max_size=30),
+       joint=joint_st)
+def test_learned_queue_policy_runs_the_queue_mode_from_run_policies(nodes, tasks, joint):
+    """``learned_queue`` (the pipeline's policy): ``run_policies`` runs it in the queue mode, the
+    same trace as ``simulate_queue`` with its split weights; all-zero weights are ``eft``."""
+    from hybridsched.kinds.cluster.queue_policy import LearnedQueuePolicy
+    from hybridsched.kinds.cluster.workload import run_policies
+
+    case = random_case(nodes, tasks)
+    if case is None:
+        return
+    _, cluster, pods, inp = case
+    weights = dict(zip(JOINT_FEATURES, joint, strict=True))
+    got = run_policies(pods, pods, cluster, {"learned_queue": LearnedQueuePolicy(weights)})["learned_queue"]
+    qo, pol = split(joint_vector(weights, "test"))
+    pol.fit(pods)
+    pol.name = "learned_queue"
+    pd.testing.assert_frame_equal(got, simulate_queue(inp, cluster, pol, qo, "greedy").trace.to_frame(cluster))
+    zero = run_policies(pods, pods, cluster, {"eft": LearnedQueuePolicy({}), "eft_default": P.EarliestFinishTime()})
+    pd.testing.assert_frame_equal(zero["eft"], zero["eft_default"].assign(policy="eft"))
+
+
+def test_learned_queue_conf_entry_composes_and_refuses_bad_settings():
+    """The conf entry builds the policy with its committed weights (node weights and the order's);
+    a bad backfilling rule or weight name is one line."""
+    from hybridsched.kinds.base import instantiate
+    from hybridsched.kinds.cluster.queue_policy import LearnedQueuePolicy
+    from tests.runs import compose_run
+
+    run = compose_run("workload=alibaba_gpu_2023", policy="learned_queue")
+    spec = run.policy_specs()["learned_queue"]
+    pol = instantiate(spec)
+    assert isinstance(pol, LearnedQueuePolicy) and pol.backfill == "greedy"
+    assert np.array_equal(np.r_[pol.order.theta, pol.theta[:len(NODE_KEYS)], pol.fade],
+                          joint_vector(dict(spec["weights"]), "conf"))
+    with pytest.raises(HybridschedError, match="backfill must be one of"):
+        LearnedQueuePolicy({}, backfill="sometimes")
+    with pytest.raises(HybridschedError, match=r"unknown weight\(s\) \['node_rnk'\]"):
+        LearnedQueuePolicy({"node_rnk": 1.0})
