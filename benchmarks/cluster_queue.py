@@ -42,6 +42,11 @@ ROWS = {
 }
 
 
+def _fade_floor(v: str) -> float | None:
+    """``--min-fade``: a number, or ``none`` for no floor."""
+    return None if v == "none" else float(v)
+
+
 def _policy(run, name: str, train):
     from hybridsched.kinds.base import instantiate
 
@@ -77,6 +82,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-load", type=float, default=1.0, help="the training load mixture's range")
     ap.add_argument("--max-load", type=float, default=2.0)
+    ap.add_argument("--calibrate", choices=["rate", "wait_share"], default="rate",
+                    help="load 1 of a training window: matched per window on eft's waited share, or one rate factor")
+    ap.add_argument("--wait-share", type=float, default=0.26, help="calibrate wait_share: eft's waited share at load 1")
+    ap.add_argument("--min-fade", type=_fade_floor, default=None,
+                    help="learned node choice: the fade's floor ('none': unbounded; 0: node preferences never grow "
+                         "with the backlog)")
+    ap.add_argument("--train-only", action="store_true",
+                    help="write learned_order.json and stop (evaluate it later with --weights)")
     ap.add_argument("--strata", type=int, default=4, help="load bins of the mixture (0: plain uniform)")
     ap.add_argument("--select", choices=["mean", "worst"], default="worst", help="the generation pick's rule")
     ap.add_argument("--node", choices=["learned", "cem", "eft"], default="learned",
@@ -103,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
         s = QueueTrainSettings(windows=args.windows, min_pods=args.min_pods, max_pods=args.max_pods_window,
                                eval_windows=args.eval_windows, min_load=args.min_load, max_load=args.max_load,
                                strata=args.strata, select=args.select, joint=args.node == "learned",
-                               node_search=args.node_search)
+                               node_search=args.node_search, calibrate=args.calibrate, wait_share=args.wait_share,
+                               min_fade=args.min_fade)
         cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
         fixed = None if s.joint else _policy(run, args.node, train)
         start = None
@@ -118,6 +132,8 @@ def main(argv: list[str] | None = None) -> None:
         doc = {"node_policy": args.node, "node_start": args.node_start if s.joint else None, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
         (args.out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print("learned order:", weights, flush=True)
+    if args.train_only:
+        return
 
     rows = []
     for rate in args.rates:

@@ -568,6 +568,8 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.hybrid_ml*.ridge_update": Choice(("incremental", "refit")),
     "policies.machine.hybrid_ml*.window": POS_INT,
     "policies.cluster.eft_queue.queue.*": ANY_NUM,  # learned weights: any sign
+    "policies.cluster.learned_queue.weights.*": ANY_NUM,
+    "policies.cluster.learned_queue.backfill": Choice(("easy", "greedy", "none")),
     "policies.cluster.fgd.coverage": FRACTION,
     "policies.cluster.random.random_gpus": FLAG,
     "policies.serving.*.online_alpha": UNIT,

@@ -8,6 +8,8 @@ choice whatever its order and fade; runs and training are deterministic."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -199,6 +201,45 @@ def test_stratified_loads_and_the_worst_stratum_rule():
         QueueTrainSettings(select="worst")
 
 
+def _twelve_pods_on_four_gpus():
+    from hybridsched.kinds.cluster.policies import EarliestFinishTime
+
+    tasks = [(10.0 * t, 15.0 + 10.0 * (t % 3), 1, 1000, 500, 512, "") for t in range(12)]
+    case = random_case([(4, "V100M16", 64000, 65536)], tasks)
+    assert case is not None
+    _, cluster, pods, _ = case
+    eft = EarliestFinishTime()
+    eft.fit(pods)
+    return pods, cluster, eft
+
+
+def test_matched_rate_hits_the_waited_share_and_windows_keep_their_draws():
+    """``matched_rate`` finds the rate factor at which eft makes the asked share wait (the
+    share crosses it there; the ends of the bracket when it is not crossed); calibrated windows
+    are the same windows and load factors as uncalibrated ones of the same seed, at their own
+    base rate times the load."""
+    from hybridsched.kinds.cluster.queue_train import (QueueTrainSettings, draw_scenarios, matched_rate,
+                                                       waited_share)
+
+    pods, cluster, eft = _twelve_pods_on_four_gpus()
+    r = matched_rate(pods, cluster, eft, 0.3)
+    assert waited_share(pods, cluster, eft, r / 1.02) < 0.3 <= waited_share(pods, cluster, eft, r * 1.02)
+    assert matched_rate(pods, cluster, eft, 0.3) == r  # deterministic
+    assert matched_rate(pods, cluster, eft, 0.99, high=1.0) == 1.0  # never crossed: the bracket's end
+    kw = {"min_pods": 4, "max_pods": 8, "min_load": 0.75, "max_load": 1.75, "strata": 2}
+    plain = draw_scenarios(pods, cluster, eft, QueueTrainSettings(**kw), 4, seed=5)
+    cal = draw_scenarios(pods, cluster, eft, QueueTrainSettings(**kw, calibrate="wait_share", wait_share=0.3), 4,
+                         seed=5)
+    assert [(a.start, a.pods, a.load) for a in plain] == [(b.start, b.pods, b.load) for b in cal]
+    for sc in cal:
+        window = pods.subset(np.arange(sc.start, sc.start + sc.pods))
+        window.arrival = window.arrival - window.arrival[0]
+        base = matched_rate(window, cluster, eft, 0.3)
+        assert sc.rate == pytest.approx(base * sc.load)
+    with pytest.raises(HybridschedError, match="calibrate = 'often' is out of range"):
+        QueueTrainSettings(calibrate="often")
+
+
 def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
     model, two generations of four; the outputs of two runs are byte-identical."""
@@ -222,6 +263,63 @@ def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
         outs.append([(tmp_path / d / f).read_bytes() for f in ("cluster_queue.csv", "learned_order.json",
                                                                 "cluster_queue.png")])
     assert outs[0] == outs[1]
+    # training alone, then the saved weights evaluated: the same table as the one command
+    main(["--out", str(tmp_path / "c"), "--train-only", "--generations", "2", "--population", "4", "--windows", "1",
+          "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "1", "--", *ov])
+    assert not (tmp_path / "c" / "cluster_queue.csv").exists()
+    assert (tmp_path / "c" / "learned_order.json").read_bytes() == outs[0][1]
+    main(["--out", str(tmp_path / "d"), "--rates", "1", "2", "--weights", str(tmp_path / "c" / "learned_order.json"),
+          "--", *ov])
+    assert (tmp_path / "d" / "cluster_queue.csv").read_bytes() == outs[0][0]
+    # this session's runs' flags: windows matched on eft's waited share, a fade floor of 1
+    main(["--out", str(tmp_path / "e"), "--train-only", "--generations", "2", "--population", "4", "--windows", "2",
+          "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "2", "--calibrate", "wait_share",
+          "--min-load", "0.75", "--max-load", "1.75", "--min-fade", "1", "--", *ov])
+    doc = json.loads((tmp_path / "e" / "learned_order.json").read_text())
+    assert doc["weights"]["node_fade"] >= 1.0 and len(doc["train"]["check_rates"]) == 2
     df = pd.read_csv(tmp_path / "a" / "cluster_queue.csv")
     assert set(df["policy"]) >= {"eft", "cem", "learned", "fifo+easy"} and (df["mean_jct"] >= df["bound"] - 1e-6).all()
     assert np.allclose(df.loc[df.policy == "eft", "vs_eft"], 1.0)
+
+
+@needs_traces
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.lists(node_st, min_size=1, max_size=5), tasks=st.lists(task_st, min_size=1, max_size=30),
+       joint=joint_st)
+def test_learned_queue_policy_runs_the_queue_mode_from_run_policies(nodes, tasks, joint):
+    """``learned_queue`` (the pipeline's policy): ``run_policies`` runs it in the queue mode, the
+    same trace as ``simulate_queue`` with its split weights; all-zero weights are ``eft``."""
+    from hybridsched.kinds.cluster.queue_policy import LearnedQueuePolicy
+    from hybridsched.kinds.cluster.workload import run_policies
+
+    case = random_case(nodes, tasks)
+    if case is None:
+        return
+    _, cluster, pods, inp = case
+    weights = dict(zip(JOINT_FEATURES, joint, strict=True))
+    got = run_policies(pods, pods, cluster, {"learned_queue": LearnedQueuePolicy(weights)})["learned_queue"]
+    qo, pol = split(joint_vector(weights, "test"))
+    pol.fit(pods)
+    pol.name = "learned_queue"
+    pd.testing.assert_frame_equal(got, simulate_queue(inp, cluster, pol, qo, "greedy").trace.to_frame(cluster))
+    zero = run_policies(pods, pods, cluster, {"eft": LearnedQueuePolicy({}), "eft_default": P.EarliestFinishTime()})
+    pd.testing.assert_frame_equal(zero["eft"], zero["eft_default"].assign(policy="eft"))
+
+
+def test_learned_queue_conf_entry_composes_and_refuses_bad_settings():
+    """The conf entry builds the policy with its committed weights (node weights and the order's);
+    a bad backfilling rule or weight name is one line."""
+    from hybridsched.kinds.base import instantiate
+    from hybridsched.kinds.cluster.queue_policy import LearnedQueuePolicy
+    from tests.runs import compose_run
+
+    run = compose_run("workload=alibaba_gpu_2023", policy="learned_queue")
+    spec = run.policy_specs()["learned_queue"]
+    pol = instantiate(spec)
+    assert isinstance(pol, LearnedQueuePolicy) and pol.backfill == "greedy"
+    assert np.array_equal(np.r_[pol.order.theta, pol.theta[:len(NODE_KEYS)], pol.fade],
+                          joint_vector(dict(spec["weights"]), "conf"))
+    with pytest.raises(HybridschedError, match="backfill must be one of"):
+        LearnedQueuePolicy({}, backfill="sometimes")
+    with pytest.raises(HybridschedError, match=r"unknown weight\(s\) \['node_rnk'\]"):
+        LearnedQueuePolicy({"node_rnk": 1.0})

@@ -13,6 +13,7 @@ Settings: the ``cem.cluster`` block of conf/kinds/cluster.yaml (:class:`ClusterC
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -70,23 +71,29 @@ class Scenario:
     start: int
     pods: int
     rate: float
+    load: float = float("nan")  # the drawn U(low, high) factor (rate / the window's base rate)
 
 
 def draw_windows(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, n: int, seed: int, *,
-                 min_pods: int, max_pods: int, low: float, high: float, scale: float = 1.0) -> list[Scenario]:
+                 min_pods: int, max_pods: int, low: float, high: float, scale: float = 1.0,
+                 scale_of: Callable[[PodTable], float] | None = None) -> list[Scenario]:
     """``n`` seeded windows of the training split (random length and start, shifted to 0), each
     with its arrivals divided by ``scale x U(low, high)``; the queue mode's trainer draws loads
-    with ``scale`` its base rate."""
+    with ``scale`` its base rate, or with ``scale_of(window)``, a base rate per window (the
+    window shifted to 0, unscaled).  The random draws do not depend on the scale, so the same
+    seed gives the same windows and load factors either way."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
         size = int(rng.integers(min(min_pods, len(train)), min(max_pods, len(train)) + 1))
         start = int(rng.integers(0, len(train) - size + 1))
-        rate = scale * float(rng.uniform(low, high))
+        load = float(rng.uniform(low, high))
         pods = train.subset(np.arange(start, start + size))
-        pods.arrival = (pods.arrival - pods.arrival[0]) / rate
+        pods.arrival = pods.arrival - pods.arrival[0]
+        rate = (scale if scale_of is None else scale_of(pods)) * load
+        pods.arrival = pods.arrival / rate
         inp = run_inputs(pods, cluster)
-        out.append(Scenario(inp, _mean_jct(inp, cluster, eft), start, size, rate))
+        out.append(Scenario(inp, _mean_jct(inp, cluster, eft), start, size, rate, load))
     return out
 
 

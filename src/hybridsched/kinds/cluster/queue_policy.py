@@ -65,3 +65,30 @@ def joint_vector(weights: dict[str, float], where: str) -> np.ndarray:
     if bad:
         raise HybridschedError(f"{where}: unknown weight(s) {bad} (known: {', '.join(JOINT_FEATURES)})")
     return np.array([float(weights.get(f, 0.0)) for f in JOINT_FEATURES])
+
+
+class LearnedQueuePolicy(BacklogScoredEFT):
+    """The learned queue policy as a pipeline policy (``conf/policies/cluster/learned_queue.yaml``):
+    the joint weights of :data:`JOINT_FEATURES` (missing: 0) given in the config, run in the
+    queue mode with ``backfill`` (``queue_engine.simulate_queue``) instead of the default engine:
+    ``workload.run_policies`` calls :meth:`run_queue` for a policy that has it.  All-zero
+    weights with greedy backfilling are ``eft``, trace for trace (tested)."""
+
+    name = "learned_queue"
+
+    def __init__(self, weights: dict[str, float] | None = None, backfill: str = "greedy") -> None:
+        from hybridsched.kinds.cluster.queue_engine import BACKFILL
+
+        order, pol = split(joint_vector(dict(weights or {}), "policies.cluster.learned_queue.weights"))
+        super().__init__(fade=pol.fade)
+        self.set_weights(pol.theta)
+        self.order = order
+        if backfill not in BACKFILL:
+            raise HybridschedError(f"learned_queue: backfill must be one of {', '.join(BACKFILL)}, got {backfill!r}")
+        self.backfill = backfill
+
+    def run_queue(self, inp, cluster):
+        """This policy's run on ``inp`` (fitted already): the queue mode's trace."""
+        from hybridsched.kinds.cluster.queue_engine import simulate_queue
+
+        return simulate_queue(inp, cluster, self, self.order, self.backfill).trace

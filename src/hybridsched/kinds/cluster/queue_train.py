@@ -15,6 +15,15 @@ member's mean JCT / ``eft``'s mean JCT (the default engine), so 1.0 is eft at ev
 light window weighs as much as a heavy one.  As in ``cem_train.py``, the generations' means
 (generation 0 = all-zero weights = shortest-first with the given node policy) are scored on one
 fixed set of fresh training scenarios to pick the result, which is then reported on a second.
+
+Calibration (``calibrate``): with ``rate`` a window's load 1 is the one rate factor
+``base_rate`` for every window; with ``wait_share`` it is found per window: the rate factor at
+which ``eft`` (the default engine) makes ``wait_share`` of the window's pods wait (default 0.26,
+the share that waits under eft on the test split at x1, docs/cluster.md), by bisection on its
+log.  Windows differ a lot in their own load (idle stretches, bursts, the long services of the
+training split), so one factor gives windows that hardly queue next to windows in overload at
+the same nominal load; per-window matching makes load ``x`` mean "x times the arrival rate at
+which this window queues as the test split does at x1".
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ import numpy as np
 
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.cluster.cem_train import Scenario, draw_windows
-from hybridsched.kinds.cluster.nodes import NodeCluster
+from hybridsched.kinds.cluster.engine import simulate
+from hybridsched.kinds.cluster.nodes import NodeCluster, run_inputs
 from hybridsched.kinds.cluster.policies import EarliestFinishTime
 from hybridsched.kinds.cluster.queue_engine import BACKFILL, simulate_queue
 from hybridsched.kinds.cluster.queue_order import FEATURES, LearnedOrder
@@ -54,6 +64,9 @@ class QueueTrainSettings:
     select: str = "mean"        # pick the generation by the "mean" cost or the "worst" stratum's mean cost
     joint: bool = False         # learn the node choice too (queue_policy.py), from eft's (all zeros)
     node_search: str = "all"    # joint: move "all" node weights, or only the "fade" (node weights held at the start)
+    calibrate: str = "rate"     # load 1 of a window: "rate" (base_rate) or "wait_share" (matched per window)
+    wait_share: float = 0.26    # calibrate: wait_share: the share of pods that wait under eft at load 1
+    min_fade: float | None = None  # joint: the fade is clipped at this from below (0: node weights never grow with the backlog)
 
     def __post_init__(self) -> None:
         bad = [(k, v) for k, v, ok in (
@@ -64,23 +77,58 @@ class QueueTrainSettings:
             ("backfill", self.backfill, self.backfill in BACKFILL), ("strata", self.strata, self.strata >= 0),
             ("select", self.select, self.select in ("mean", "worst") and (self.select == "mean" or self.strata > 0)),
             ("joint", self.joint, isinstance(self.joint, bool)),
-            ("node_search", self.node_search, self.node_search in ("all", "fade"))) if not ok]
+            ("node_search", self.node_search, self.node_search in ("all", "fade")),
+            ("calibrate", self.calibrate, self.calibrate in ("rate", "wait_share")),
+            ("wait_share", self.wait_share, 0 < self.wait_share < 1),
+            ("min_fade", self.min_fade, self.min_fade is None or np.isfinite(self.min_fade))) if not ok]
         if bad:
             k, v = bad[0]
             raise HybridschedError(f"queue training: {k} = {v!r} is out of range")
+
+
+def waited_share(pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, rate: float) -> float:
+    """The share of ``pods`` that wait under eft (the default engine) with arrivals divided by ``rate``."""
+    scaled = pods.subset(np.arange(len(pods)))
+    scaled.arrival = pods.arrival / rate
+    inp = run_inputs(scaled, cluster)
+    tr = simulate(inp, cluster, eft)
+    return float(np.mean(tr.start - inp.arrival > 0))
+
+
+def matched_rate(pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, share: float,
+                 low: float = 0.5, high: float = 8.0, steps: int = 8) -> float:
+    """The rate factor at which ``share`` of ``pods`` wait under eft: bisection on ``log(rate)``
+    in ``[low, high]`` (``steps`` halvings; an end of the bracket if the share is not crossed
+    inside it).  The waited share grows with the rate almost everywhere; where it does not, the
+    bisection still returns a factor near a crossing, deterministically."""
+    lo, hi = np.log(low), np.log(high)
+    if waited_share(pods, cluster, eft, low) >= share:
+        return low
+    if waited_share(pods, cluster, eft, high) <= share:
+        return high
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if waited_share(pods, cluster, eft, float(np.exp(mid))) < share:
+            lo = mid
+        else:
+            hi = mid
+    return float(np.exp(0.5 * (lo + hi)))
 
 
 def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
                    n: int, seed: int) -> list[Scenario]:
     """``n`` seeded windows of the training split, each at a load drawn from the mixture; with
     ``strata`` the mixture is cut into equal load bins and window ``j`` draws its load in bin
-    ``j % strata`` (every generation then sees light and heavy windows alike)."""
+    ``j % strata`` (every generation then sees light and heavy windows alike).  Load 1 of a
+    window is ``base_rate`` or, with ``calibrate: wait_share``, its :func:`matched_rate`."""
+    kw: dict[str, Any] = {"min_pods": s.min_pods, "max_pods": s.max_pods, "scale": s.base_rate}
+    if s.calibrate == "wait_share":
+        kw["scale_of"] = lambda pods: matched_rate(pods, cluster, eft, s.wait_share)
     if not s.strata:
-        return draw_windows(train_pods, cluster, eft, n, seed, min_pods=s.min_pods, max_pods=s.max_pods,
-                            low=s.min_load, high=s.max_load, scale=s.base_rate)
+        return draw_windows(train_pods, cluster, eft, n, seed, low=s.min_load, high=s.max_load, **kw)
     edges = np.linspace(s.min_load, s.max_load, s.strata + 1)
-    per = [draw_windows(train_pods, cluster, eft, len(range(b, n, s.strata)), seed * 31 + b, min_pods=s.min_pods,
-                        max_pods=s.max_pods, low=float(edges[b]), high=float(edges[b + 1]), scale=s.base_rate)
+    per = [draw_windows(train_pods, cluster, eft, len(range(b, n, s.strata)), seed * 31 + b,
+                        low=float(edges[b]), high=float(edges[b + 1]), **kw)
            for b in range(min(s.strata, n))]
     return [per[j % s.strata][j // s.strata] for j in range(n)]
 
@@ -121,6 +169,11 @@ def select_cost(costs: np.ndarray, s: QueueTrainSettings) -> float:
     return float(max(np.mean(costs[b::s.strata]) for b in range(min(s.strata, len(costs)))))
 
 
+def stratum_costs(costs: np.ndarray, s: QueueTrainSettings) -> list[float]:
+    """The mean cost of each load stratum (windows ``b, b + strata, ...``), lightest first."""
+    return [round(float(np.mean(costs[b::s.strata])), 4) for b in range(min(s.strata, len(costs)))]
+
+
 def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CEMSettings, s: QueueTrainSettings,
                 log: Callable[[str], None] | None = None, node_start: np.ndarray | None = None
                 ) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
@@ -147,6 +200,8 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
     def full(sub: np.ndarray) -> np.ndarray:
         theta = theta0.copy()
         theta[free] = sub
+        if s.joint and s.min_fade is not None:
+            theta[-1] = max(theta[-1], s.min_fade)  # a sample below the floor runs (and is recorded) at it
         return theta
 
     means: list[np.ndarray] = []
@@ -179,7 +234,10 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
                         "selection_cost_start": costs[0], "selection_cost_eft": costs[-1] if np.any(theta0) else costs[0],
                         "selection_costs": [round(c, 4) for c in costs], "selection_mean_cost": float(np.mean(per[pick])),
                         "check_cost": float(np.mean(check_costs)), "check_select_cost": select_cost(check_costs, s),
-                        "check_loads": [round(sc.rate / s.base_rate, 4) for sc in check],
+                        "check_loads": [round(sc.load, 4) for sc in check],
+                        "check_rates": [round(sc.rate, 4) for sc in check],
                         "check_window_costs": [round(float(c), 4) for c in check_costs]})
+        if s.strata:
+            metrics.update({"selection_strata": stratum_costs(per[pick], s), "check_strata": stratum_costs(check_costs, s)})
     metrics["weights"] = {f: round(float(v), 6) for f, v in zip(names, theta, strict=True)}
     return np.array([metrics["weights"][f] for f in names]), result.history, metrics

@@ -111,7 +111,9 @@ def build_cluster(nodes: NodeTable, settings: dict, cluster: dict) -> NodeCluste
 
 
 def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies: dict) -> dict[str, pd.DataFrame]:
-    """Fit every policy on the training split, run it on the test split; name -> trace frame."""
+    """Fit every policy on the training split, run it on the test split; name -> trace frame.
+    A policy with a ``run_queue(inp, cluster)`` method (the queue mode's ``learned_queue``) runs
+    its own engine; every other policy runs in the default engine."""
     from hybridsched.kinds.cluster.engine import simulate
 
     inp = run_inputs(test, cluster)
@@ -119,7 +121,8 @@ def run_policies(train: PodTable, test: PodTable, cluster: NodeCluster, policies
     for name, policy in progress(policies.items(), desc="simulate", unit="policy"):
         policy.name = name
         policy.fit(train)
-        out[name] = simulate(inp, cluster, policy).to_frame(cluster)
+        own = getattr(policy, "run_queue", None)
+        out[name] = (own(inp, cluster) if own is not None else simulate(inp, cluster, policy)).to_frame(cluster)
     return out
 
 
