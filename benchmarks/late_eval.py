@@ -16,6 +16,7 @@ noise from seed k).
     python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
     python -m benchmarks.late_eval --train-pg benchmarks/late_models/pg_late --out /tmp/pg_late     # train pg_late (~10 min)
     python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
+    python -m benchmarks.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
     python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,dqn_late,cem_late  # one busy minute
 
@@ -35,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
-from hybridsched.io import write_json, write_text
+from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.devices import cluster_from_config
@@ -102,7 +103,7 @@ def busiest_minute(arrival: np.ndarray, latency: np.ndarray, window_s: float = 6
 
 
 def analyse(cfg: dict[str, Any], pols: dict[str, Any], names: list[str]) -> pd.DataFrame:
-    """Where the latency goes on the default test split: mean wait (ready to first start),
+    """Where the latency goes on ``cfg``'s test split: mean wait (ready to first start),
     mean service (first start to end) against the best time alone, the split kinds, and per
     device its utilisation and the share of time it is idle while tasks wait in the pool
     (sampled on a 10 ms grid)."""
@@ -270,7 +271,9 @@ def main() -> None:
     ap.add_argument("--gantt", default=None, metavar="PNG",
                     help="only the Gantt chart of one busy minute (default workload) of --gantt-policies")
     ap.add_argument("--analyse", default=None, metavar="POLICIES",
-                    help="only the wait/service/idle analysis of these policies on the default test split")
+                    help="only the wait/service/idle analysis of these policies on a test split (--analyse-on)")
+    ap.add_argument("--analyse-on", default="default", choices=list(WORKLOADS),
+                    help="the workload whose test split --analyse reads")
     ap.add_argument("--gantt-policies", default="wspt_late,cem_late,dqn_late")
     ap.add_argument("--train-dqn", default=None, metavar="DIR",
                     help="only train dqn_late into DIR (late_dqn_train.LateDQNSettings; --dqn-set key=value,...)")
@@ -297,9 +300,10 @@ def main() -> None:
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     if args.analyse:
-        cfg = compose([])
+        cfg = compose(WORKLOADS[args.analyse_on])
         pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         table = analyse(cfg, pols, [n for n in args.analyse.split(",") if n in pols])
+        write_frame(out / "analyse.csv", table)
         write_text(out / "analyse.md", markdown(table.round(3)))
         print(markdown(table.round(3)))
         return

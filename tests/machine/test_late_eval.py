@@ -50,6 +50,12 @@ def test_sweep_and_analyse_shrunk(tmp_path, monkeypatch):
           "--out", str(tmp_path / "an"))
     text = (tmp_path / "an" / "analyse.md").read_text()
     assert "eft_late_plain" in text and "idle while waiting" in text
+    _main(monkeypatch, "--analyse", "eft_late_plain", "--analyse-on", "shifted", "--cem-late-model", none,
+          "--dqn-late-model", none, "--out", str(tmp_path / "an_shifted"))
+    # shifted's test split is CPU-friendly: plain late EFT keeps the one CPU busier there than on default
+    util = {w: float(pd.read_csv(tmp_path / d / "analyse.csv")["CPU util"].iloc[0])
+            for w, d in (("default", "an"), ("shifted", "an_shifted"))}
+    assert util["shifted"] > util["default"]
 
 
 def test_train_dqn_entry_point_and_bad_override(tmp_path, monkeypatch):
