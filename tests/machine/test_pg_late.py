@@ -1,7 +1,8 @@
 """``pg_late``, dqn_late's per-candidate network trained by policy gradient: plain late EFT
 before training (bit for bit), the discounted-load return against a brute-force integral and
 Decima's reward, a seeded reproducible training run (twice: the same bytes), the entry point
-in benchmarks.late_eval, and one clear line on a missing model."""
+in benchmarks.late_eval, the split option B work charge as a model setting, and one clear
+line on a missing or bad model."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from hybridsched.kinds.machine.cem_train import MachineCEMSettings
 from hybridsched.kinds.machine.late_dqn_train import decision_rewards
 from hybridsched.kinds.machine.late_pg_train import LatePGSettings, discounted_load, train
 from hybridsched.kinds.machine.policies.late import EFTLate
-from hybridsched.kinds.machine.policies.late_dqn import PGLate, n_weights
+from hybridsched.kinds.machine.metrics import check_trace
+from hybridsched.kinds.machine.policies.late_dqn import FEATURES, N_FEAT, PGLate, n_weights
 from tests.conftest import small_workload
-from tests.machine.sim_helpers import run
+from tests.machine.sim_helpers import parents_of, run
+
+TUNED_B = {"beta_cpu": 11.0, "beta_gpu": 7.14, "backlog_s": 1.6}  # eft_late's YAML weights
 
 
 def test_untrained_network_is_plain_late_eft_exactly():
@@ -75,9 +79,10 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
         late_eval.main()
 
     main("--train-pg", str(tmp_path / "m"), "--pg-set",
-         "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0",
-         "--out", str(tmp_path / "o"))
-    assert json.loads((tmp_path / "m" / "model.json").read_text())["hidden"] == 3
+         "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0,"
+         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6", "--out", str(tmp_path / "o"))
+    model = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert model["hidden"] == 3 and model["option_b"] == TUNED_B
     assert (tmp_path / "o" / "train_pg_late.json").is_file()
     with pytest.raises(SystemExit, match="unknown LatePGSettings key"):
         main("--train-pg", str(tmp_path / "m2"), "--pg-set", "iters=1", "--out", str(tmp_path / "o"))
@@ -86,3 +91,52 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
 def test_missing_model_is_one_clear_line(tmp_path):
     with pytest.raises(HybridschedError, match="pg_late policy: no trained model at .*--train-pg"):
         run(small_workload(20, seed=1), Cluster(n_gpus=1), PGLate(model_dir=str(tmp_path)))
+
+
+def _always_b(hidden: int = 2) -> list[float]:
+    """Packed weights whose score is ``100 x [the candidate is option B] - finish / m``."""
+    w1 = np.zeros((hidden, N_FEAT))
+    w1[0, FEATURES.index("option_b")] = 1.0
+    w2 = np.zeros((hidden, hidden))
+    w2[0, 0] = 1.0
+    w3 = np.zeros(hidden)
+    w3[0] = 100.0
+    return [*w1.ravel(), *np.zeros(hidden), *w2.ravel(), *np.zeros(hidden), *w3, 0.0]
+
+
+def test_option_b_charge_is_a_model_setting():
+    cluster = Cluster(n_gpus=2, noise_sigma=0.2)
+    # CPU-friendly, memory-heavy tasks, as shifted's test split: the charge decides the split
+    tasks = small_workload(250, seed=3, rate=6.0, intensity_range=(0.0, 0.35), memory_range=(2000.0, 16000.0))
+    plain = {"hidden": 2, "weights": _always_b()}
+    tuned = {**plain, "option_b": TUNED_B}
+    # the prior (output layer 0) is plain late EFT whatever option B is: A has the earliest finish
+    ref = run(tasks, cluster, EFTLate())
+    zero = run(tasks, cluster, PGLate(model={"hidden": 2, "weights": [0.0] * n_weights(2), "option_b": TUNED_B}))
+    np.testing.assert_array_equal(zero["end"].to_numpy(), ref["end"].to_numpy())
+    a = run(tasks, cluster, PGLate(model=plain))
+    b = run(tasks, cluster, PGLate(model=tuned))
+    for tr in (a, b):
+        assert check_trace(tr, cluster, parents_of(tasks)) == []
+    # eft_late's heavy charge keeps more tasks on the CPU alone than the weight-1 charge
+    assert (b["fraction"] == 0).mean() > (a["fraction"] == 0).mean()
+    py = run(tasks, cluster, PGLate(model=tuned), compiled=False)
+    np.testing.assert_array_equal(py["end"].to_numpy(), b["end"].to_numpy())
+
+
+@pytest.mark.parametrize("bad", [{"beta_cpu": -1.0}, {"beta": 2.0}, {"backlog_s": "x"}])
+def test_bad_option_b_is_one_clear_line(bad):
+    model = {"hidden": 2, "weights": [0.0] * n_weights(2), "option_b": bad}
+    with pytest.raises(HybridschedError, match="pg_late model: option_b must hold non-negative numbers"):
+        run(small_workload(20, seed=1), Cluster(n_gpus=1), PGLate(model=model))
+
+
+def test_training_writes_option_b_only_when_it_is_not_the_default(tmp_path):
+    cluster = Cluster(n_gpus=2)
+    base = dict(iterations=1, episodes=1, rollouts=2, tasks=80, steps=1, hidden=3, selection_draws=1,
+                validation_draws=0)
+    train(LatePGSettings(**base), MachineCEMSettings(tasks=80), cluster, tmp_path / "a", log=lambda *_: None)
+    train(LatePGSettings(**base, b_beta_cpu=11.0, b_beta_gpu=7.14, b_backlog_s=1.6), MachineCEMSettings(tasks=80),
+          cluster, tmp_path / "b", log=lambda *_: None)
+    assert "option_b" not in json.loads((tmp_path / "a" / "model.json").read_text())
+    assert json.loads((tmp_path / "b" / "model.json").read_text())["option_b"] == TUNED_B

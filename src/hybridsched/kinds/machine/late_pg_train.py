@@ -39,7 +39,7 @@ from hybridsched.io import write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
 from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, deterministic_torch, q_numpy, record_run, score
 from hybridsched.kinds.machine.policies.base import fraction_grid
-from hybridsched.kinds.machine.policies.late_dqn import MODEL_FILE, N_FEAT
+from hybridsched.kinds.machine.policies.late_dqn import MODEL_FILE, N_FEAT, OPTION_B
 
 REPORT_FILE = "train_pg_late.json"
 
@@ -63,6 +63,14 @@ class LatePGSettings:
     validation_draws: int = 12
     fraction_step: float = 0.05
     init: str = ""             # a model dir (pg_late/dqn_late model.json) to start from; "": the prior
+    # split option B's work charge (late_dqn module docstring); 1, 1, 0: the weight-1 charge
+    b_beta_cpu: float = 1.0
+    b_beta_gpu: float = 1.0
+    b_backlog_s: float = 0.0
+
+    def option_b(self) -> dict[str, float]:
+        """Option B's charge as the model file's ``option_b``."""
+        return {"beta_cpu": self.b_beta_cpu, "beta_gpu": self.b_beta_gpu, "backlog_s": self.b_backlog_s}
 
 
 def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: float) -> np.ndarray:
@@ -97,7 +105,8 @@ def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: flo
 
 
 def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, tau: float,
-                rng: np.random.Generator, grid: np.ndarray) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
+                rng: np.random.Generator, grid: np.ndarray, option_b: dict[str, float] | None = None,
+                ) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
     """One sampled run: per decision the candidates' features, the sampled index (softmax of the
     scores at temperature ``tau``), the decision times, the tasks' end times and the draw's mean
     best-alone time ``m``."""
@@ -110,7 +119,7 @@ def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int,
         a = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
         return min(a, c - 1)
 
-    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose)
+    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose, option_b)
     return feats, acts, times, out["end"], m
 
 
@@ -146,8 +155,11 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     eval_mix = MachineCEMSettings(**{**asdict(mix), "tasks": 2000})
     sel_draws = draw_set(s.seed, _SELECT_STREAM, 0, eval_mix, cluster, s.selection_draws)
 
+    # the default charge is left out of the file, so the committed model's bytes do not change
+    extra = {} if s.option_b() == OPTION_B else {"option_b": s.option_b()}
+
     def model_now() -> dict[str, Any]:
-        return {"hidden": s.hidden, "weights": _weights_of(net).tolist(), "features": N_FEAT}
+        return {"hidden": s.hidden, "weights": _weights_of(net).tolist(), "features": N_FEAT, **extra}
 
     history: list[dict[str, Any]] = []
     sel = score(model_now(), sel_draws, cluster)
@@ -162,7 +174,8 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
         adv_all: list[np.ndarray] = []
         lat = []
         for _, tasks, real in draw_set(s.seed, _TRAIN_STREAM, it, mix, cluster, s.episodes):
-            runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid) for _ in range(s.rollouts)]
+            runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid, s.option_b())
+                    for _ in range(s.rollouts)]
             m = runs[0][4]
             T = s.horizon * m if s.horizon > 0 else np.inf
             lat.append(float(np.mean([np.mean(r[3] - tasks.arrival) for r in runs])))

@@ -4,8 +4,10 @@ At each pick (``late_engine.py``) every waiting task offers up to two candidates
 split rule on the believed free times of the CPU and the GPU that frees first:
 
 - ``A``: the split of earliest believed finish (plain EFT, ``eft_late`` with every weight 0);
-- ``B``: the split of least ``finish + cpu_busy + gpu_busy`` (eft_rank's work charge, weight 1),
-  only when it differs from A.
+- ``B``: the split of least ``finish + s * (beta_cpu * cpu_busy + beta_gpu * gpu_busy)``
+  (eft_rank's work charge; ``s`` as ``eft_late``'s, ``late.load_scale``), only when it differs
+  from A.  The model file's ``option_b`` sets ``beta_cpu``, ``beta_gpu`` and ``backlog_s``;
+  without it they are 1, 1 and 0 (``s = 1``): a weight-1 charge.
 
 A candidate whose split uses only busy devices is not offered (the task waits).  Each
 candidate gets ``N_FEAT`` features (``FEATURES``, dimensionless: times over the running mean
@@ -36,11 +38,13 @@ from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S
 from hybridsched.kinds.machine.policies.late import (
     _ALONE,
+    _BACKLOG,
     _N_PARAMS,
     _RANK,
     _WORK,
     LateList,
     least_free_gpu,
+    load_scale,
     split_of,
     start_device,
     task_data,
@@ -84,6 +88,7 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
     n_idle = 0
     for d in range(n_dev):
         n_idle += idle[d]
+    s_b = load_scale(t, pool, n_pool, est, pdata, params[_BACKLOG])  # option B's charge scale
     feat = np.zeros((2 * n_pool, N_FEAT + 1))
     ck = np.empty(2 * n_pool, dtype=np.int64)
     cd = np.empty(2 * n_pool, dtype=np.int64)
@@ -93,7 +98,7 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
         i = pool[k]
         prev_f = -1.0
         for opt in range(2):
-            f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, float(opt))
+            f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, s_b * opt)
             if opt == 1 and f == prev_f:
                 continue
             prev_f = f
@@ -186,10 +191,24 @@ def pdata_of(tasks, cluster, X) -> np.ndarray:
     return np.column_stack([base, np.diff(child_ptr).astype(np.float64), np.maximum(running, 1e-9)])
 
 
-def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """The kernel's params: split option B's work charge (beta 1 on both devices), the
+OPTION_B = {"beta_cpu": 1.0, "beta_gpu": 1.0, "backlog_s": 0.0}  # a model file without ``option_b``
+
+
+def option_b_of(model: dict[str, Any], who: str) -> dict[str, float]:
+    """The model's split option B work charge (``OPTION_B`` when absent); one line on a bad one."""
+    b = {**OPTION_B, **(model.get("option_b") or {})}
+    if set(b) != set(OPTION_B) or any(not isinstance(v, (int, float)) or v < 0 for v in b.values()):
+        raise HybridschedError(f"{who}: option_b must hold non-negative numbers {sorted(OPTION_B)}, "
+                               f"got {model.get('option_b')!r}")
+    return {k: float(v) for k, v in b.items()}
+
+
+def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray,
+                option_b: dict[str, float] | None = None) -> np.ndarray:
+    """The kernel's params: split option B's work charge (``OPTION_B`` unless given), the
     hidden-unit count, the packed MLP, the fraction grid."""
-    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    b = option_b or OPTION_B
+    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, b["beta_cpu"], b["beta_gpu"], b["backlog_s"]]
     return np.concatenate([np.asarray(head, dtype=np.float64), [float(hidden)], weights, grid])
 
 
@@ -220,7 +239,7 @@ class DQNLate(LateList):
             raise HybridschedError(f"{self.name} model: {n_weights(hidden)} weights expected for hidden={hidden}, "
                                    f"got {w.size}")
         self.n_gpus = cluster.n_gpus
-        self._params = head_params(cluster, hidden, w, self.grid)
+        self._params = head_params(cluster, hidden, w, self.grid, option_b_of(self._model, f"{self.name} model"))
         self._pdata = pdata_of(tasks, cluster, X)
 
 
