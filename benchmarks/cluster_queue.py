@@ -47,6 +47,15 @@ def _fade_floor(v: str) -> float | None:
     return None if v == "none" else float(v)
 
 
+def _curve_point(v: str) -> tuple[float, float]:
+    """``--wait-curve``: one ``LOAD:SHARE`` point."""
+    try:
+        load, share = v.split(":")
+        return float(load), float(share)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{v!r} is not LOAD:SHARE") from e
+
+
 def _policy(run, name: str, train):
     from hybridsched.kinds.base import instantiate
 
@@ -64,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     from hybridsched.kinds.cluster.queue_engine import simulate_queue
     from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
     from hybridsched.kinds.cluster.queue_policy import NODE_KEYS, joint_vector, split
-    from hybridsched.kinds.cluster.queue_train import QueueTrainSettings, train_order
+    from hybridsched.kinds.cluster.queue_train import WAIT_CURVE, QueueTrainSettings, train_order
     from hybridsched.rl.cem import CEMSettings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,9 +91,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-load", type=float, default=1.0, help="the training load mixture's range")
     ap.add_argument("--max-load", type=float, default=2.0)
-    ap.add_argument("--calibrate", choices=["rate", "wait_share"], default="rate",
-                    help="load 1 of a training window: matched per window on eft's waited share, or one rate factor")
+    ap.add_argument("--calibrate", choices=["rate", "wait_share", "wait_curve"], default="rate",
+                    help="load 1 of a training window: matched per window on eft's waited share, or one rate factor; "
+                         "wait_curve: every load matched per window on --wait-curve's share at that load")
     ap.add_argument("--wait-share", type=float, default=0.26, help="calibrate wait_share: eft's waited share at load 1")
+    ap.add_argument("--wait-curve", type=_curve_point, nargs="+", default=list(WAIT_CURVE), metavar="LOAD:SHARE",
+                    help="calibrate wait_curve: eft's waited share at these loads (linear in between; default: the "
+                         "test split's at x0.75-x1.75, " + " ".join(f"{x:g}:{y:g}" for x, y in WAIT_CURVE) + ")")
     ap.add_argument("--min-fade", type=_fade_floor, default=None,
                     help="learned node choice: the fade's floor ('none': unbounded; 0: node preferences never grow "
                          "with the backlog)")
@@ -117,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                                eval_windows=args.eval_windows, min_load=args.min_load, max_load=args.max_load,
                                strata=args.strata, select=args.select, joint=args.node == "learned",
                                node_search=args.node_search, calibrate=args.calibrate, wait_share=args.wait_share,
-                               min_fade=args.min_fade)
+                               wait_curve=tuple(args.wait_curve), min_fade=args.min_fade)
         cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
         fixed = None if s.joint else _policy(run, args.node, train)
         start = None

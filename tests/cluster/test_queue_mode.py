@@ -240,6 +240,44 @@ def test_matched_rate_hits_the_waited_share_and_windows_keep_their_draws():
         QueueTrainSettings(calibrate="often")
 
 
+def test_wait_curve_matches_each_load_on_its_share_and_grows_with_the_load():
+    """``calibrate: wait_curve``: load ``x`` of a window is the rate factor at which eft makes the
+    curve's share at ``x`` wait (linear between the points; the bisection brackets the crossing
+    within its last step), the factor does not fall as the load grows, windows keep the draws of
+    the other calibrations, and loads outside the curve or a bad curve are refused."""
+    from hybridsched.kinds.cluster.queue_train import (WAIT_CURVE, QueueTrainSettings, curve_share, draw_scenarios,
+                                                       matched_rate, waited_share)
+
+    assert curve_share(WAIT_CURVE, 1.0) == 0.257 and curve_share(WAIT_CURVE, 0.875) == pytest.approx(0.1345)
+    pods, cluster, eft = _twelve_pods_on_four_gpus()
+    curve = ((0.5, 0.05), (1.0, 0.3), (2.0, 0.6))
+    half = np.log(8.0 / 0.5) / 2 ** 9  # matched_rate's last bracket, either side of the factor it returns
+    rates = []
+    for load in (0.5, 0.75, 1.0, 1.5, 2.0):
+        share = curve_share(curve, load)
+        r = matched_rate(pods, cluster, eft, share)
+        assert 0.5 < r < 8.0
+        assert waited_share(pods, cluster, eft, r * np.exp(-half * 1.001)) < share
+        assert waited_share(pods, cluster, eft, r * np.exp(half * 1.001)) >= share
+        rates.append(r)
+    assert rates == sorted(rates) and rates[0] < rates[-1]
+    kw = {"min_pods": 4, "max_pods": 8, "min_load": 0.5, "max_load": 2.0, "strata": 2}
+    plain = draw_scenarios(pods, cluster, eft, QueueTrainSettings(**kw), 4, seed=5)
+    cal = draw_scenarios(pods, cluster, eft, QueueTrainSettings(**kw, calibrate="wait_curve", wait_curve=curve), 4,
+                         seed=5)
+    assert [(a.start, a.pods, a.load) for a in plain] == [(b.start, b.pods, b.load) for b in cal]
+    for sc in cal:
+        window = pods.subset(np.arange(sc.start, sc.start + sc.pods))
+        window.arrival = window.arrival - window.arrival[0]
+        assert sc.rate == matched_rate(window, cluster, eft, curve_share(curve, sc.load))
+    for bad in ({"max_load": 2.0}, {"min_load": 0.5, "max_load": 1.5},  # outside the default curve's 0.75-1.75
+                {"wait_curve": ((1.0, 0.3), (0.75, 0.4))}, {"wait_curve": ((0.75, 0.4), (1.75, 0.3))},
+                {"wait_curve": ((0.75, 0.0), (1.75, 0.3))}, {"wait_curve": ()}):
+        with pytest.raises(HybridschedError, match="wait_curve = .* is out of range"):
+            QueueTrainSettings(**{"calibrate": "wait_curve", "min_load": 0.75, **bad})
+    QueueTrainSettings(calibrate="wait_curve", min_load=0.75, max_load=1.75)  # the default curve's range
+
+
 def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
     model, two generations of four; the outputs of two runs are byte-identical."""
@@ -276,6 +314,15 @@ def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
           "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "2", "--calibrate", "wait_share",
           "--min-load", "0.75", "--max-load", "1.75", "--min-fade", "1", "--", *ov])
     doc = json.loads((tmp_path / "e" / "learned_order.json").read_text())
+    assert doc["weights"]["node_fade"] >= 1.0 and len(doc["train"]["check_rates"]) == 2
+    assert "wait_curve" not in doc["train"]["settings"]  # the other calibrations' records are as before
+    # the fourth session's: every load matched on eft's waited share (--calibrate wait_curve)
+    main(["--out", str(tmp_path / "f"), "--train-only", "--generations", "2", "--population", "4", "--windows", "2",
+          "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "2", "--calibrate", "wait_curve",
+          "--wait-curve", "0.75:0.05", "1.75:0.4", "--min-load", "0.75", "--max-load", "1.75", "--min-fade", "1",
+          "--", *ov])
+    doc = json.loads((tmp_path / "f" / "learned_order.json").read_text())
+    assert doc["train"]["settings"]["wait_curve"] == [[0.75, 0.05], [1.75, 0.4]]
     assert doc["weights"]["node_fade"] >= 1.0 and len(doc["train"]["check_rates"]) == 2
     df = pd.read_csv(tmp_path / "a" / "cluster_queue.csv")
     assert set(df["policy"]) >= {"eft", "cem", "learned", "fifo+easy"} and (df["mean_jct"] >= df["bound"] - 1e-6).all()

@@ -23,7 +23,13 @@ the share that waits under eft on the test split at x1, docs/cluster.md), by bis
 log.  Windows differ a lot in their own load (idle stretches, bursts, the long services of the
 training split), so one factor gives windows that hardly queue next to windows in overload at
 the same nominal load; per-window matching makes load ``x`` mean "x times the arrival rate at
-which this window queues as the test split does at x1".
+which this window queues as the test split does at x1".  With ``wait_curve`` every load is matched,
+not only load 1: load ``x`` of a window is the rate factor at which eft makes ``share(x)`` of its
+pods wait, ``share`` interpolated linearly at ``x`` in ``wait_curve``'s (load, share) points
+(default: eft's waited shares on the test split at x0.75-x1.75, docs/cluster.md; eft figures
+only, as the 0.26 above).  The test split's own waited share is far from linear in its rate
+(1.2 % at x0.75, 25.7 % at x1), so ``wait_share``'s load 0.75 (0.75 x the factor of 26 %) is
+likely a much busier window than the test split at x0.75.
 """
 
 from __future__ import annotations
@@ -46,6 +52,10 @@ from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.rl.cem import CEMSettings, train
 
 SELECT_SEED = 1_000_003  # the selection and check scenarios: seeds no generation uses
+# (load, share of the pods that wait under eft) on the test split at x0.75-x1.75: the eft rows of
+# the third session's evaluation (docs/cluster.md, "Queue mode"); calibrate: wait_curve's default
+WAIT_CURVE: tuple[tuple[float, float], ...] = ((0.75, 0.012), (1.0, 0.257), (1.25, 0.332), (1.5, 0.436),
+                                               (1.75, 0.481))
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,10 @@ class QueueTrainSettings:
     select: str = "mean"        # pick the generation by the "mean" cost or the "worst" stratum's mean cost
     joint: bool = False         # learn the node choice too (queue_policy.py), from eft's (all zeros)
     node_search: str = "all"    # joint: move "all" node weights, or only the "fade" (node weights held at the start)
-    calibrate: str = "rate"     # load 1 of a window: "rate" (base_rate) or "wait_share" (matched per window)
+    calibrate: str = "rate"     # load 1 of a window: "rate" (base_rate) or "wait_share" (matched per window);
+    #                             "wait_curve": every load matched per window on wait_curve's share
     wait_share: float = 0.26    # calibrate: wait_share: the share of pods that wait under eft at load 1
+    wait_curve: tuple[tuple[float, float], ...] = WAIT_CURVE  # calibrate: wait_curve: (load, share) points
     min_fade: float | None = None  # joint: the fade is clipped at this from below (0: node weights never grow with the backlog)
 
     def __post_init__(self) -> None:
@@ -78,12 +90,34 @@ class QueueTrainSettings:
             ("select", self.select, self.select in ("mean", "worst") and (self.select == "mean" or self.strata > 0)),
             ("joint", self.joint, isinstance(self.joint, bool)),
             ("node_search", self.node_search, self.node_search in ("all", "fade")),
-            ("calibrate", self.calibrate, self.calibrate in ("rate", "wait_share")),
+            ("calibrate", self.calibrate, self.calibrate in ("rate", "wait_share", "wait_curve")),
             ("wait_share", self.wait_share, 0 < self.wait_share < 1),
+            ("wait_curve", self.wait_curve, _curve_ok(self.wait_curve) and (
+                self.calibrate != "wait_curve"
+                or self.wait_curve[0][0] <= self.min_load and self.max_load <= self.wait_curve[-1][0])),
             ("min_fade", self.min_fade, self.min_fade is None or np.isfinite(self.min_fade))) if not ok]
         if bad:
             k, v = bad[0]
             raise HybridschedError(f"queue training: {k} = {v!r} is out of range")
+
+
+def _curve_ok(curve) -> bool:
+    """(load, share) points: at least one, loads positive and increasing, shares in (0, 1) and
+    non-decreasing (so the matched rate factor grows with the load)."""
+    try:
+        pts = np.array(curve, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return bool(pts.ndim == 2 and pts.shape[0] >= 1 and pts.shape[1] == 2 and np.all(np.isfinite(pts))
+                and np.all(pts[:, 0] > 0) and np.all(np.diff(pts[:, 0]) > 0)
+                and np.all((pts[:, 1] > 0) & (pts[:, 1] < 1)) and np.all(np.diff(pts[:, 1]) >= 0))
+
+
+def curve_share(curve, load: float) -> float:
+    """The waited share of ``curve``'s (load, share) points at ``load``, linearly interpolated
+    (the settings refuse loads outside the points)."""
+    pts = np.array(curve, dtype=np.float64)
+    return float(np.interp(load, pts[:, 0], pts[:, 1]))
 
 
 def waited_share(pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, rate: float) -> float:
@@ -120,10 +154,14 @@ def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFini
     """``n`` seeded windows of the training split, each at a load drawn from the mixture; with
     ``strata`` the mixture is cut into equal load bins and window ``j`` draws its load in bin
     ``j % strata`` (every generation then sees light and heavy windows alike).  Load 1 of a
-    window is ``base_rate`` or, with ``calibrate: wait_share``, its :func:`matched_rate`."""
+    window is ``base_rate`` or, with ``calibrate: wait_share``, its :func:`matched_rate`; with
+    ``calibrate: wait_curve`` load ``x`` of a window is its :func:`matched_rate` at the share of
+    ``wait_curve`` at ``x`` (not a multiple of load 1's)."""
     kw: dict[str, Any] = {"min_pods": s.min_pods, "max_pods": s.max_pods, "scale": s.base_rate}
     if s.calibrate == "wait_share":
         kw["scale_of"] = lambda pods: matched_rate(pods, cluster, eft, s.wait_share)
+    elif s.calibrate == "wait_curve":
+        kw["rate_of"] = lambda pods, load: matched_rate(pods, cluster, eft, curve_share(s.wait_curve, load))
     if not s.strata:
         return draw_windows(train_pods, cluster, eft, n, seed, low=s.min_load, high=s.max_load, **kw)
     edges = np.linspace(s.min_load, s.max_load, s.strata + 1)
@@ -218,7 +256,10 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
     candidates = [*means, full(result.theta)]
     if np.any(theta0):
         candidates.append(np.zeros(len(names)))  # eft itself (the last candidate: ties go to a generation)
-    metrics: dict[str, Any] = {"settings": {**cem.to_dict(), **asdict(s)}, "wall_s": result.wall_s,
+    settings = asdict(s)
+    if s.calibrate != "wait_curve":
+        settings.pop("wait_curve")  # the other calibrations' records stay as they were
+    metrics: dict[str, Any] = {"settings": {**cem.to_dict(), **settings}, "wall_s": result.wall_s,
                                "first_mean_cost": result.history[0]["mean_cost"],
                                "last_mean_cost": result.history[-1]["mean_cost"]}
     theta = candidates[-1]
