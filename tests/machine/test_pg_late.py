@@ -1,8 +1,8 @@
 """``pg_late``, dqn_late's per-candidate network trained by policy gradient: plain late EFT
 before training (bit for bit), the discounted-load return against a brute-force integral and
 Decima's reward, a seeded reproducible training run (twice: the same bytes), the entry point
-in benchmarks.late_eval, the split option B work charge as a model setting, and one clear
-line on a missing or bad model."""
+in benchmarks.late_eval, the split options B's and C's work charges as model settings, and
+one clear line on a missing or bad model."""
 
 from __future__ import annotations
 
@@ -140,3 +140,34 @@ def test_training_writes_option_b_only_when_it_is_not_the_default(tmp_path):
           cluster, tmp_path / "b", log=lambda *_: None)
     assert "option_b" not in json.loads((tmp_path / "a" / "model.json").read_text())
     assert json.loads((tmp_path / "b" / "model.json").read_text())["option_b"] == TUNED_B
+
+
+def test_option_c_adds_a_third_candidate_only_where_its_split_differs():
+    cluster = Cluster(n_gpus=2, noise_sigma=0.2)
+    tasks = small_workload(250, seed=3, rate=6.0, intensity_range=(0.0, 0.35), memory_range=(2000.0, 16000.0))
+    tuned = {"hidden": 2, "weights": _always_b(), "option_b": TUNED_B}
+    # C with B's own charge never differs from B: the same candidates, the same trace
+    same = run(tasks, cluster, PGLate(model={**tuned, "option_c": TUNED_B}))
+    np.testing.assert_array_equal(same["end"].to_numpy(), run(tasks, cluster, PGLate(model=tuned))["end"].to_numpy())
+    # a random network over A, B and C: the engine's invariants, and compiled = plain Python
+    rng = np.random.default_rng(0)
+    model = {"hidden": 3, "weights": rng.normal(0.0, 0.5, n_weights(3)).tolist(), "option_b": TUNED_B,
+             "option_c": {"beta_cpu": 1.0, "beta_gpu": 1.0, "backlog_s": 0.0}}
+    a = run(tasks, cluster, PGLate(model=model))
+    assert check_trace(a, cluster, parents_of(tasks)) == []
+    b = run(tasks, cluster, PGLate(model=model), compiled=False)
+    np.testing.assert_array_equal(a["end"].to_numpy(), b["end"].to_numpy())
+
+
+def test_bad_option_c_is_one_clear_line():
+    model = {"hidden": 2, "weights": [0.0] * n_weights(2), "option_c": {"beta_gpu": -2.0}}
+    with pytest.raises(HybridschedError, match="pg_late model: option_c must hold non-negative numbers"):
+        run(small_workload(20, seed=1), Cluster(n_gpus=1), PGLate(model=model))
+
+
+def test_training_writes_option_c_when_asked(tmp_path):
+    s = LatePGSettings(iterations=1, episodes=1, rollouts=2, tasks=80, steps=1, hidden=3, selection_draws=1,
+                       validation_draws=0, b_beta_cpu=11.0, b_beta_gpu=7.14, b_backlog_s=1.6, c_option=1)
+    train(s, MachineCEMSettings(tasks=80), Cluster(n_gpus=2), tmp_path, log=lambda *_: None)
+    model = json.loads((tmp_path / "model.json").read_text())
+    assert model["option_b"] == TUNED_B and model["option_c"] == {"beta_cpu": 1.0, "beta_gpu": 1.0, "backlog_s": 0.0}

@@ -67,10 +67,20 @@ class LatePGSettings:
     b_beta_cpu: float = 1.0
     b_beta_gpu: float = 1.0
     b_backlog_s: float = 0.0
+    # a third candidate, split option C, with its own charge (none unless c_option is 1)
+    c_option: int = 0
+    c_beta_cpu: float = 1.0
+    c_beta_gpu: float = 1.0
+    c_backlog_s: float = 0.0
 
     def option_b(self) -> dict[str, float]:
         """Option B's charge as the model file's ``option_b``."""
         return {"beta_cpu": self.b_beta_cpu, "beta_gpu": self.b_beta_gpu, "backlog_s": self.b_backlog_s}
+
+    def option_c(self) -> dict[str, float] | None:
+        """Option C's charge as the model file's ``option_c`` (None: no option C)."""
+        return ({"beta_cpu": self.c_beta_cpu, "beta_gpu": self.c_beta_gpu, "backlog_s": self.c_backlog_s}
+                if self.c_option else None)
 
 
 def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: float) -> np.ndarray:
@@ -106,7 +116,7 @@ def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: flo
 
 def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, tau: float,
                 rng: np.random.Generator, grid: np.ndarray, option_b: dict[str, float] | None = None,
-                ) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
+                option_c: dict[str, float] | None = None) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
     """One sampled run: per decision the candidates' features, the sampled index (softmax of the
     scores at temperature ``tau``), the decision times, the tasks' end times and the draw's mean
     best-alone time ``m``."""
@@ -119,7 +129,7 @@ def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int,
         a = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
         return min(a, c - 1)
 
-    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose, option_b)
+    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose, option_b, option_c)
     return feats, acts, times, out["end"], m
 
 
@@ -156,7 +166,9 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     sel_draws = draw_set(s.seed, _SELECT_STREAM, 0, eval_mix, cluster, s.selection_draws)
 
     # the default charge is left out of the file, so the committed model's bytes do not change
-    extra = {} if s.option_b() == OPTION_B else {"option_b": s.option_b()}
+    extra: dict[str, Any] = {} if s.option_b() == OPTION_B else {"option_b": s.option_b()}
+    if s.option_c() is not None:
+        extra["option_c"] = s.option_c()
 
     def model_now() -> dict[str, Any]:
         return {"hidden": s.hidden, "weights": _weights_of(net).tolist(), "features": N_FEAT, **extra}
@@ -174,7 +186,7 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
         adv_all: list[np.ndarray] = []
         lat = []
         for _, tasks, real in draw_set(s.seed, _TRAIN_STREAM, it, mix, cluster, s.episodes):
-            runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid, s.option_b())
+            runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid, s.option_b(), s.option_c())
                     for _ in range(s.rollouts)]
             m = runs[0][4]
             T = s.horizon * m if s.horizon > 0 else np.inf

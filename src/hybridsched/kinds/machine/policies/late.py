@@ -77,6 +77,13 @@ def load_scale(t, pool, n_pool, est, pdata, backlog_s):
 @njit
 def split_of(i, t, cpu_free, gpu_free, X, params, grid0, s):
     """(f, believed finish, cpu_busy, gpu_busy) of task ``i``'s cheapest split (module docstring)."""
+    return split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s, params[_B_CPU], params[_B_GPU])
+
+
+@njit
+def split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s, b_cpu, b_gpu):
+    """``split_of`` with the work charge's weights given: the cheapest ``(finish - t) + s *
+    (b_cpu * cpu_busy + b_gpu * gpu_busy)`` on the fraction grid (``params[grid0 + 1:]``)."""
     c_s = X[i, CPU_S]
     g_s = X[i, GPU_S]
     launch = params[_LAUNCH]
@@ -84,7 +91,7 @@ def split_of(i, t, cpu_free, gpu_free, X, params, grid0, s):
     best_fin = cpu_free + c_s
     best_c = c_s
     best_g = 0.0
-    best = best_fin - t + s * params[_B_CPU] * c_s
+    best = best_fin - t + s * b_cpu * c_s
     for k in range(grid0 + 1, params.shape[0]):
         f = params[k]
         if f > X[i, MAX_F]:
@@ -94,7 +101,7 @@ def split_of(i, t, cpu_free, gpu_free, X, params, grid0, s):
         fin = gpu_free + gb
         if f < 1.0:
             fin = max(fin, cpu_free + cb)
-        cost = fin - t + s * (params[_B_CPU] * cb + params[_B_GPU] * gb)
+        cost = fin - t + s * (b_cpu * cb + b_gpu * gb)
         if cost < best:
             best = cost
             best_f = f

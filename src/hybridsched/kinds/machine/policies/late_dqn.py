@@ -1,13 +1,15 @@
 """``dqn_late``: a per-candidate Q-network for late dispatch (issue 22; Decima's per-node scores).
 
-At each pick (``late_engine.py``) every waiting task offers up to two candidates, one per
+At each pick (``late_engine.py``) every waiting task offers up to three candidates, one per
 split rule on the believed free times of the CPU and the GPU that frees first:
 
 - ``A``: the split of earliest believed finish (plain EFT, ``eft_late`` with every weight 0);
 - ``B``: the split of least ``finish + s * (beta_cpu * cpu_busy + beta_gpu * gpu_busy)``
   (eft_rank's work charge; ``s`` as ``eft_late``'s, ``late.load_scale``), only when it differs
   from A.  The model file's ``option_b`` sets ``beta_cpu``, ``beta_gpu`` and ``backlog_s``;
-  without it they are 1, 1 and 0 (``s = 1``): a weight-1 charge.
+  without it they are 1, 1 and 0 (``s = 1``): a weight-1 charge;
+- ``C``: only when the model file has ``option_c`` (the same keys): B's rule with that charge,
+  only when its split differs from A's and B's.
 
 A candidate whose split uses only busy devices is not offered (the task waits).  Each
 candidate gets ``N_FEAT`` features (``FEATURES``, dimensionless: times over the running mean
@@ -45,6 +47,7 @@ from hybridsched.kinds.machine.policies.late import (
     LateList,
     least_free_gpu,
     load_scale,
+    split_charged,
     split_of,
     start_device,
     task_data,
@@ -55,8 +58,11 @@ FEATURES = ("finish", "alone", "wait", "cpu_time", "gpu_time", "on_cpu", "split"
             "load", "pool", "busy", "idle_share", "option_b")
 N_FEAT = len(FEATURES)
 _CHILDREN, _MEAN = 4, 5  # extra pdata columns after late.task_data's four
-_HID = _N_PARAMS  # params: the list kernel's head, hidden units, the packed MLP, then the fraction grid
-_NET = _N_PARAMS + 1
+# params: the list kernel's head (option B's charge in it), option C's (present, beta_cpu,
+# beta_gpu, backlog_s), hidden units, the packed MLP, then the fraction grid
+_C_ON, _C_CPU, _C_GPU, _C_BACKLOG = range(_N_PARAMS, _N_PARAMS + 4)
+_HID = _N_PARAMS + 4
+_NET = _HID + 1
 
 
 def n_weights(hidden: int) -> int:
@@ -89,19 +95,31 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
     for d in range(n_dev):
         n_idle += idle[d]
     s_b = load_scale(t, pool, n_pool, est, pdata, params[_BACKLOG])  # option B's charge scale
-    feat = np.zeros((2 * n_pool, N_FEAT + 1))
-    ck = np.empty(2 * n_pool, dtype=np.int64)
-    cd = np.empty(2 * n_pool, dtype=np.int64)
-    cf = np.empty(2 * n_pool)
+    n_opt = 3 if params[_C_ON] > 0.0 else 2
+    s_c = load_scale(t, pool, n_pool, est, pdata, params[_C_BACKLOG]) if n_opt == 3 else 0.0
+    feat = np.zeros((n_opt * n_pool, N_FEAT + 1))
+    ck = np.empty(n_opt * n_pool, dtype=np.int64)
+    cd = np.empty(n_opt * n_pool, dtype=np.int64)
+    cf = np.empty(n_opt * n_pool)
     c = 0
     for k in range(n_pool):
         i = pool[k]
-        prev_f = -1.0
-        for opt in range(2):
-            f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, s_b * opt)
-            if opt == 1 and f == prev_f:
+        f_a = -1.0
+        f_b = -1.0
+        for opt in range(n_opt):
+            if opt < 2:
+                f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, s_b * opt)
+            else:
+                f, fin, cb, gb = split_charged(i, t, est[0], est[g + 1], X, params, grid0, s_c,
+                                               params[_C_CPU], params[_C_GPU])
+            if opt == 0:
+                f_a = f
+            elif opt == 1:
+                if f == f_a:
+                    continue
+                f_b = f
+            elif f == f_a or f == f_b:
                 continue
-            prev_f = f
             d = start_device(f, g, idle)
             if d < 0:
                 continue
@@ -125,7 +143,7 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
             feat[c, 11] = _sq(n_pool / n_dev)
             feat[c, 12] = _sq((cb + gb) / m)
             feat[c, 13] = n_idle / n_dev
-            feat[c, 14] = float(opt)
+            feat[c, 14] = 1.0 if opt > 0 else 0.0
             feat[c, N_FEAT] = fr
             ck[c] = k
             cd[c] = d
@@ -194,21 +212,25 @@ def pdata_of(tasks, cluster, X) -> np.ndarray:
 OPTION_B = {"beta_cpu": 1.0, "beta_gpu": 1.0, "backlog_s": 0.0}  # a model file without ``option_b``
 
 
-def option_b_of(model: dict[str, Any], who: str) -> dict[str, float]:
-    """The model's split option B work charge (``OPTION_B`` when absent); one line on a bad one."""
-    b = {**OPTION_B, **(model.get("option_b") or {})}
+def option_of(model: dict[str, Any], key: str, who: str) -> dict[str, float] | None:
+    """The model's split option ``key`` (``option_b`` / ``option_c``) work charge: ``OPTION_B``'s
+    keys, missing ones from it; None when the file has no such key; one line on a bad one."""
+    if model.get(key) is None:
+        return None
+    b = {**OPTION_B, **model[key]} if isinstance(model[key], dict) else {"bad": model[key]}
     if set(b) != set(OPTION_B) or any(not isinstance(v, (int, float)) or v < 0 for v in b.values()):
-        raise HybridschedError(f"{who}: option_b must hold non-negative numbers {sorted(OPTION_B)}, "
-                               f"got {model.get('option_b')!r}")
+        raise HybridschedError(f"{who}: {key} must hold non-negative numbers {sorted(OPTION_B)}, "
+                               f"got {model.get(key)!r}")
     return {k: float(v) for k, v in b.items()}
 
 
 def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray,
-                option_b: dict[str, float] | None = None) -> np.ndarray:
-    """The kernel's params: split option B's work charge (``OPTION_B`` unless given), the
-    hidden-unit count, the packed MLP, the fraction grid."""
+                option_b: dict[str, float] | None = None, option_c: dict[str, float] | None = None) -> np.ndarray:
+    """The kernel's params: split option B's work charge (``OPTION_B`` unless given), option C's
+    (none unless given), the hidden-unit count, the packed MLP, the fraction grid."""
     b = option_b or OPTION_B
-    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, b["beta_cpu"], b["beta_gpu"], b["backlog_s"]]
+    c = [1.0, option_c["beta_cpu"], option_c["beta_gpu"], option_c["backlog_s"]] if option_c else [0.0] * 4
+    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, b["beta_cpu"], b["beta_gpu"], b["backlog_s"], *c]
     return np.concatenate([np.asarray(head, dtype=np.float64), [float(hidden)], weights, grid])
 
 
@@ -239,7 +261,9 @@ class DQNLate(LateList):
             raise HybridschedError(f"{self.name} model: {n_weights(hidden)} weights expected for hidden={hidden}, "
                                    f"got {w.size}")
         self.n_gpus = cluster.n_gpus
-        self._params = head_params(cluster, hidden, w, self.grid, option_b_of(self._model, f"{self.name} model"))
+        who = f"{self.name} model"
+        self._params = head_params(cluster, hidden, w, self.grid, option_of(self._model, "option_b", who),
+                                   option_of(self._model, "option_c", who))
         self._pdata = pdata_of(tasks, cluster, X)
 
 
