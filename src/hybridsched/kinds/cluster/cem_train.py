@@ -71,19 +71,17 @@ class Scenario:
     start: int
     pods: int
     rate: float
-    load: float = float("nan")  # the drawn U(low, high) factor (rate / the window's base rate; with rate_of the nominal load)
+    load: float = float("nan")  # the drawn U(low, high) factor (rate / scale; with rate_of the nominal load)
 
 
 def draw_windows(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, n: int, seed: int, *,
                  min_pods: int, max_pods: int, low: float, high: float, scale: float = 1.0,
-                 scale_of: Callable[[PodTable], float] | None = None,
                  rate_of: Callable[[PodTable, float], float] | None = None) -> list[Scenario]:
     """``n`` seeded windows of the training split (random length and start, shifted to 0), each
-    with its arrivals divided by ``scale x U(low, high)``; the queue mode's trainer draws loads
-    with ``scale`` its base rate, or with ``scale_of(window)``, a base rate per window (the
-    window shifted to 0, unscaled), or with ``rate_of(window, load)``, the whole rate factor of
-    the window at that load.  The random draws do not depend on the scale, so the same seed
-    gives the same windows and load factors either way."""
+    with its arrivals divided by ``scale x U(low, high)``, or by ``rate_of(window, load)`` (the
+    window shifted to 0, unscaled; the queue mode's trainer matches each window's rate factor
+    to its load).  The random draws do not depend on the rate, so the same seed gives the same
+    windows and load factors either way."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -92,7 +90,7 @@ def draw_windows(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime,
         load = float(rng.uniform(low, high))
         pods = train.subset(np.arange(start, start + size))
         pods.arrival = pods.arrival - pods.arrival[0]
-        rate = rate_of(pods, load) if rate_of is not None else (scale if scale_of is None else scale_of(pods)) * load
+        rate = rate_of(pods, load) if rate_of is not None else scale * load
         pods.arrival = pods.arrival / rate
         inp = run_inputs(pods, cluster)
         out.append(Scenario(inp, _mean_jct(inp, cluster, eft), start, size, rate, load))

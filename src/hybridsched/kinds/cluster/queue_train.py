@@ -159,7 +159,7 @@ def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFini
     ``wait_curve`` at ``x`` (not a multiple of load 1's)."""
     kw: dict[str, Any] = {"min_pods": s.min_pods, "max_pods": s.max_pods, "scale": s.base_rate}
     if s.calibrate == "wait_share":
-        kw["scale_of"] = lambda pods: matched_rate(pods, cluster, eft, s.wait_share)
+        kw["rate_of"] = lambda pods, load: matched_rate(pods, cluster, eft, s.wait_share) * load
     elif s.calibrate == "wait_curve":
         kw["rate_of"] = lambda pods, load: matched_rate(pods, cluster, eft, curve_share(s.wait_curve, load))
     if not s.strata:

@@ -75,12 +75,14 @@ class LatePGSettings:
 
     def option_b(self) -> dict[str, float]:
         """Option B's charge as the model file's ``option_b``."""
-        return {"beta_cpu": self.b_beta_cpu, "beta_gpu": self.b_beta_gpu, "backlog_s": self.b_backlog_s}
+        return self._charge("b")
 
     def option_c(self) -> dict[str, float] | None:
         """Option C's charge as the model file's ``option_c`` (None: no option C)."""
-        return ({"beta_cpu": self.c_beta_cpu, "beta_gpu": self.c_beta_gpu, "backlog_s": self.c_backlog_s}
-                if self.c_option else None)
+        return self._charge("c") if self.c_option else None
+
+    def _charge(self, opt: str) -> dict[str, float]:
+        return {k: getattr(self, f"{opt}_{k}") for k in OPTION_B}
 
 
 def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: float) -> np.ndarray:

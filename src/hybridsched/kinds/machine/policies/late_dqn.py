@@ -40,6 +40,8 @@ from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S
 from hybridsched.kinds.machine.policies.late import (
     _ALONE,
+    _B_CPU,
+    _B_GPU,
     _BACKLOG,
     _N_PARAMS,
     _RANK,
@@ -48,7 +50,6 @@ from hybridsched.kinds.machine.policies.late import (
     least_free_gpu,
     load_scale,
     split_charged,
-    split_of,
     start_device,
     task_data,
 )
@@ -107,8 +108,9 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
         f_a = -1.0
         f_b = -1.0
         for opt in range(n_opt):
-            if opt < 2:
-                f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, s_b * opt)
+            if opt < 2:  # A is B's rule with no charge (s = 0)
+                f, fin, cb, gb = split_charged(i, t, est[0], est[g + 1], X, params, grid0, s_b * opt,
+                                               params[_B_CPU], params[_B_GPU])
             else:
                 f, fin, cb, gb = split_charged(i, t, est[0], est[g + 1], X, params, grid0, s_c,
                                                params[_C_CPU], params[_C_GPU])
@@ -215,13 +217,14 @@ OPTION_B = {"beta_cpu": 1.0, "beta_gpu": 1.0, "backlog_s": 0.0}  # a model file 
 def option_of(model: dict[str, Any], key: str, who: str) -> dict[str, float] | None:
     """The model's split option ``key`` (``option_b`` / ``option_c``) work charge: ``OPTION_B``'s
     keys, missing ones from it; None when the file has no such key; one line on a bad one."""
-    if model.get(key) is None:
+    given = model.get(key)
+    if given is None:
         return None
-    b = {**OPTION_B, **model[key]} if isinstance(model[key], dict) else {"bad": model[key]}
-    if set(b) != set(OPTION_B) or any(not isinstance(v, (int, float)) or v < 0 for v in b.values()):
-        raise HybridschedError(f"{who}: {key} must hold non-negative numbers {sorted(OPTION_B)}, "
-                               f"got {model.get(key)!r}")
-    return {k: float(v) for k, v in b.items()}
+    ok = isinstance(given, dict) and set(given) <= set(OPTION_B) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in given.values())
+    if not ok:
+        raise HybridschedError(f"{who}: {key} must hold non-negative numbers {sorted(OPTION_B)}, got {given!r}")
+    return {k: float(v) for k, v in {**OPTION_B, **given}.items()}
 
 
 def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray,
