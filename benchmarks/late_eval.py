@@ -15,8 +15,9 @@ noise from seed k).
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
     python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
     python -m benchmarks.late_eval --train-pg benchmarks/late_models/pg_late --out /tmp/pg_late \
-        --pg-set b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1         # train pg_late (~5-12 min)
+        --pg-set b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,queue_slack=2.0,hidden=32   # train pg_late (~11 min)
     python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
+    python -m benchmarks.late_eval --hold-scan 1,2,4,8,16 --out /tmp/late_hold   # the split hold on the validation draws
     python -m benchmarks.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
     python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,pg_late,cem_late  # one busy minute
@@ -211,6 +212,64 @@ def validate_models(dirs: list[str]) -> dict[str, Any]:
     return out
 
 
+def srpt_mean_flow(release: np.ndarray, work: np.ndarray) -> float:
+    """Mean flow time of preemptive SRPT on one machine (optimal for total flow time there)."""
+    import heapq
+
+    order = np.argsort(release, kind="stable")
+    t, k, total, n = 0.0, 0, 0.0, len(order)
+    heap: list[list[float]] = []
+    while k < n or heap:
+        if not heap:
+            t = max(t, float(release[order[k]]))
+        while k < n and release[order[k]] <= t:
+            heapq.heappush(heap, [float(work[order[k]]), float(release[order[k]])])
+            k += 1
+        nxt = float(release[order[k]]) if k < n else np.inf
+        job = heap[0]
+        if t + job[0] <= nxt:
+            t += job[0]
+            total += t - job[1]
+            heapq.heappop(heap)
+        else:
+            job[0] -= nxt - t
+            t = nxt
+    return total / max(n, 1)
+
+
+def hold_scan(slacks: list[float]) -> dict[str, Any]:
+    """Plain late EFT with each ``queue_slack`` on the validation draws of ``cem.machine`` (never
+    training, selection or evaluation), as mean latency / the best late heuristic's (YAML
+    weights) per draw; with each draw's CPU-bound floor: preemptive SRPT on the CPU work no
+    split can avoid (``(1 - m) C`` of the memory-capped tasks), summed over those tasks and
+    divided by all (a lower bound on the mean latency)."""
+    from hybridsched.kinds.machine.cem_train import _VALID_STREAM, MachineCEMSettings, draw_set
+    from hybridsched.kinds.machine.engine import CPU_S, MAX_F, task_matrix
+    from hybridsched.kinds.machine.policies.late import EFTLate
+
+    cfg = compose([])
+    cluster = cluster_from_config(cfg["cluster"])
+    s = MachineCEMSettings.from_dict(cfg["cem"]["machine"])
+    pols = policies(cfg, "", "", "", "")
+    heur = [n for n in LATE if n != "eft_late_hold"]
+    rows = []
+    for j, (_, tasks, real) in enumerate(draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster,
+                                                  s.validation_scenarios)):
+        lat = {n: float(np.mean((tr := simulate(tasks, cluster, pols[n](), real)).end - tr.arrival)) for n in heur}
+        best = min(lat, key=lat.__getitem__)
+        X = task_matrix(tasks, cluster)
+        capped = X[:, MAX_F] < 1.0
+        floor = srpt_mean_flow(tasks.arrival[capped], ((1.0 - X[:, MAX_F]) * X[:, CPU_S] * real.cpu_factor)[capped])
+        row = {"draw": j, "best_late_heuristic": best, "best": lat[best], "eft_late_plain": lat["eft_late_plain"],
+               "cpu_floor": floor * capped.sum() / len(tasks)}
+        for q in slacks:
+            tr = simulate(tasks, cluster, EFTLate(queue_slack=q), real)
+            row[f"slack_{q:g}"] = float(np.mean(tr.end - tr.arrival)) / lat[best]
+        rows.append(row)
+        print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
+    return {"slacks": slacks, "draws": rows}
+
+
 def train_pg(model_dir: Path, overrides: str, out: Path) -> dict[str, Any]:
     """Train ``pg_late`` (late_pg_train) on ``cem.machine``'s mixture; the report also goes to ``<out>``."""
     from dataclasses import fields
@@ -279,6 +338,8 @@ def main() -> None:
     ap.add_argument("--train-dqn", default=None, metavar="DIR",
                     help="only train dqn_late into DIR (late_dqn_train.LateDQNSettings; --dqn-set key=value,...)")
     ap.add_argument("--dqn-set", default="", help="LateDQNSettings overrides, e.g. iterations=2,tasks=300")
+    ap.add_argument("--hold-scan", default=None, metavar="SLACKS",
+                    help="only plain late EFT with each queue_slack on the validation draws (hold_scan.{json,md})")
     ap.add_argument("--pg-late-model", default=MODELS + "/pg_late")
     ap.add_argument("--train-pg", default=None, metavar="DIR",
                     help="only train pg_late into DIR (late_pg_train.LatePGSettings; --pg-set key=value,...)")
@@ -298,6 +359,11 @@ def main() -> None:
         return
     if args.validate:
         write_json(out / "validate_late.json", validate_models(args.validate.split(",")))
+        return
+    if args.hold_scan:
+        r = hold_scan([float(x) for x in args.hold_scan.split(",")])
+        write_json(out / "hold_scan.json", r)
+        write_text(out / "hold_scan.md", pd.DataFrame(r["draws"]).to_markdown(index=False, floatfmt=".4g"))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     if args.analyse:

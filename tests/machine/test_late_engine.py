@@ -2,6 +2,7 @@
 (hypothesis), the compiled loop against the plain-Python reference, the LP bound below every
 late policy, and the split rule on a hand-made case."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from numba import njit
 
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.devices import Cluster
+from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.late_engine import simulate_late
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy
@@ -47,7 +49,10 @@ def late_policies():
             # the learned late models behind docs/machine.md's figures, and a random Q-network
             CEMLate(model_dir=str(MODELS / "cem_late")), DQNLate(model_dir=str(MODELS / "dqn_late")),
             PGLate(model_dir=str(MODELS / "pg_late")),
-            DQNLate(model={"hidden": 6, "weights": rnd.tolist()})]
+            DQNLate(model={"hidden": 6, "weights": rnd.tolist()}),
+            # the split hold (late.start_device): a heuristic and a network with one
+            EFTLate(queue_slack=2.0), WSPTLate(queue_slack=0.0),
+            PGLate(model={"hidden": 6, "weights": rnd.tolist(), "queue_slack": 0.5})]
 
 
 def _setup(c):
@@ -143,7 +148,6 @@ def test_a_policy_that_breaks_the_rules_fails_with_one_line(kernel, message, com
 
 
 def test_an_arrival_policy_cannot_run_late():
-    from hybridsched.errors import HybridschedError
     from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 
     cluster = Cluster(n_gpus=1)
@@ -155,6 +159,47 @@ def test_an_arrival_policy_cannot_run_late():
 def test_list_kernel_weights_must_be_non_negative():
     with pytest.raises(ValueError, match="aging must be >= 0"):
         LateList(aging=-1.0)
+    with pytest.raises(ValueError, match="queue_slack must be >= 0"):
+        EFTLate(queue_slack=-0.5)
+
+
+def _split_parts(tr):
+    split = (tr.fraction > 0) & (tr.fraction < 1)
+    return split, tr.cpu_start[split], tr.gpu_start[split]
+
+
+@SETTINGS
+@given(cases)
+def test_queue_slack_zero_starts_every_split_on_the_cpu(c):
+    # A split may start on a GPU only while its CPU part would wait at most 0 s; an idle CPU
+    # takes the split first, so every split's CPU part starts no later than its GPU part
+    # (without noise: the rule reads believed times, and a part running late looks done).
+    cluster, tasks, real = _setup({**c, "sigma": 0.0})
+    for policy in (EFTLate(queue_slack=0.0), HEFTLate(queue_slack=0.0, beta_cpu=3.0),
+                   PGLate(model={**json.loads((MODELS / "pg_late" / "model.json").read_text()), "queue_slack": 0.0})):
+        _, cs, gs = _split_parts(simulate(tasks, cluster, policy, real))
+        assert (cs <= gs).all(), policy.name
+
+
+@SETTINGS
+@given(cases, st.sampled_from([0.25, 1.0, 3.0]))
+def test_queue_slack_bounds_how_long_a_split_cpu_part_waits_behind_its_gpu_part(c, slack):
+    # Without noise the believed CPU free time is the true one, and the CPU's reserved queue is
+    # FIFO, so a split started on a GPU gets the CPU within slack x its GPU part's seconds.
+    cluster, tasks, real = _setup({**c, "sigma": 0.0})
+    tr = simulate(tasks, cluster, EFTLate(queue_slack=slack), real)
+    split, cs, gs = _split_parts(tr)
+    gpu_part = tr.gpu_end[split] - gs
+    assert (cs - gs <= slack * gpu_part + 1e-9).all()
+
+
+def test_a_bad_queue_slack_in_a_model_file_is_one_line():
+    cluster = Cluster(n_gpus=1)
+    tasks = small_workload(5, 0)
+    model = json.loads((MODELS / "pg_late" / "model.json").read_text())
+    for bad in (-1.0, "2", True):
+        with pytest.raises(HybridschedError, match=f"pg_late model: queue_slack must be a number >= 0, got {bad!r}"):
+            simulate(tasks, cluster, PGLate(model={**model, "queue_slack": bad}), cluster.sample_noise(5, np.random.default_rng(0)))
 
 
 def test_sim_dispatch_must_match_every_simulated_policy():

@@ -66,3 +66,22 @@ def test_train_dqn_entry_point_and_bad_override(tmp_path, monkeypatch):
     assert (tmp_path / "o" / "train_dqn_late.json").is_file()
     with pytest.raises(SystemExit, match="unknown LateDQNSettings key"):
         _main(monkeypatch, "--train-dqn", str(tmp_path / "m2"), "--dqn-set", "iters=1", "--out", str(tmp_path / "o"))
+
+
+def test_srpt_mean_flow_on_a_hand_made_case():
+    # 0-1 the 1 s job, 1-2 the job released at 1 (shorter than the 3 s job's 2 s left), 2-5 the rest
+    import numpy as np
+
+    assert late_eval.srpt_mean_flow(np.array([0.0, 0.0, 1.0]), np.array([3.0, 1.0, 1.0])) == pytest.approx(7 / 3)
+
+
+def test_hold_scan_entry_point(tmp_path, monkeypatch):
+    # the documented scan, one slack: every validation draw, and its CPU floor (a lower bound)
+    # below every policy run there
+    _main(monkeypatch, "--hold-scan", "2", "--out", str(tmp_path))
+    r = json.loads((tmp_path / "hold_scan.json").read_text())
+    assert r["slacks"] == [2.0] and len(r["draws"]) == 12
+    for d in r["draws"]:
+        assert d["cpu_floor"] <= d["best"] * (1 + 1e-9) and d["best"] <= d["eft_late_plain"]
+        assert d["slack_2"] > 0
+    assert (tmp_path / "hold_scan.md").read_text().startswith("|")

@@ -80,9 +80,10 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
 
     main("--train-pg", str(tmp_path / "m"), "--pg-set",
          "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0,"
-         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1", "--out", str(tmp_path / "o"))
+         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,queue_slack=2.0", "--out", str(tmp_path / "o"))
     model = json.loads((tmp_path / "m" / "model.json").read_text())
     assert model["hidden"] == 3 and model["option_b"] == TUNED_B and model["option_c"]["beta_cpu"] == 1.0
+    assert model["queue_slack"] == 2.0
     assert (tmp_path / "o" / "train_pg_late.json").is_file()
     with pytest.raises(SystemExit, match="unknown LatePGSettings key"):
         main("--train-pg", str(tmp_path / "m2"), "--pg-set", "iters=1", "--out", str(tmp_path / "o"))
@@ -163,6 +164,18 @@ def test_bad_option_c_is_one_clear_line():
     model = {"hidden": 2, "weights": [0.0] * n_weights(2), "option_c": {"beta_gpu": -2.0}}
     with pytest.raises(HybridschedError, match="pg_late model: option_c must hold non-negative numbers"):
         run(small_workload(20, seed=1), Cluster(n_gpus=1), PGLate(model=model))
+
+
+def test_training_writes_queue_slack_only_when_finite(tmp_path):
+    base = dict(iterations=1, episodes=1, rollouts=2, tasks=80, steps=1, hidden=3, selection_draws=1, validation_draws=0)
+    for slack, d in ((0.5, tmp_path / "a"), (float("inf"), tmp_path / "b")):
+        train(LatePGSettings(**base, queue_slack=slack), MachineCEMSettings(tasks=80), Cluster(n_gpus=2), d,
+              log=lambda *_: None)
+    assert json.loads((tmp_path / "a" / "model.json").read_text())["queue_slack"] == 0.5
+    assert json.loads((tmp_path / "a" / "train_pg_late.json").read_text())["settings"]["queue_slack"] == 0.5
+    # no hold: the files are as before the setting existed (JSON has no infinity)
+    assert "queue_slack" not in json.loads((tmp_path / "b" / "model.json").read_text())
+    assert "queue_slack" not in json.loads((tmp_path / "b" / "train_pg_late.json").read_text())["settings"]
 
 
 def test_training_writes_option_c_when_asked(tmp_path):

@@ -103,15 +103,16 @@ def q_numpy(feat: np.ndarray, w: np.ndarray, hidden: int) -> np.ndarray:
 
 def record_run(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, grid: np.ndarray,
                choose: Callable[[np.ndarray], int], option_b: dict[str, float] | None = None,
-               option_c: dict[str, float] | None = None) -> tuple[list[np.ndarray], list[int], np.ndarray, Any, float]:
+               option_c: dict[str, float] | None = None,
+               queue_slack: float = np.inf) -> tuple[list[np.ndarray], list[int], np.ndarray, Any, float]:
     """One run of the late engine's Python path recording each decision: the candidates'
     features, the index ``choose(features)`` picked and the time; also the engine's outputs
     and the draw's mean best-alone time ``m``. Shared by the DQN and policy-gradient trainers;
     ``option_b`` / ``option_c``: split options B's and C's work charges (``late_dqn.OPTION_B``,
-    and no option C, if None)."""
+    and no option C, if None); ``queue_slack``: the split hold (``late.start_device``)."""
     X = task_matrix(tasks, cluster)
     pdata = pdata_of(tasks, cluster, X)
-    params = head_params(cluster, hidden, weights, grid, option_b, option_c)
+    params = head_params(cluster, hidden, weights, grid, option_b, option_c, queue_slack)
     grid0 = _NET + n_weights(hidden)
     feats: list[np.ndarray] = []
     acts: list[int] = []

@@ -72,6 +72,8 @@ class LatePGSettings:
     c_beta_cpu: float = 1.0
     c_beta_gpu: float = 1.0
     c_backlog_s: float = 0.0
+    # the split hold (late.start_device): inf = none; written to the model file when finite
+    queue_slack: float = np.inf
 
     def option_b(self) -> dict[str, float]:
         """Option B's charge as the model file's ``option_b``."""
@@ -118,7 +120,8 @@ def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: flo
 
 def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, tau: float,
                 rng: np.random.Generator, grid: np.ndarray, option_b: dict[str, float] | None = None,
-                option_c: dict[str, float] | None = None) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
+                option_c: dict[str, float] | None = None,
+                queue_slack: float = np.inf) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
     """One sampled run: per decision the candidates' features, the sampled index (softmax of the
     scores at temperature ``tau``), the decision times, the tasks' end times and the draw's mean
     best-alone time ``m``."""
@@ -131,7 +134,8 @@ def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int,
         a = int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
         return min(a, c - 1)
 
-    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose, option_b, option_c)
+    feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose, option_b, option_c,
+                                               queue_slack)
     return feats, acts, times, out["end"], m
 
 
@@ -171,6 +175,8 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     extra: dict[str, Any] = {} if s.option_b() == OPTION_B else {"option_b": s.option_b()}
     if s.option_c() is not None:
         extra["option_c"] = s.option_c()
+    if np.isfinite(s.queue_slack):
+        extra["queue_slack"] = s.queue_slack
 
     def model_now() -> dict[str, Any]:
         return {"hidden": s.hidden, "weights": _weights_of(net).tolist(), "features": N_FEAT, **extra}
@@ -188,7 +194,8 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
         adv_all: list[np.ndarray] = []
         lat = []
         for _, tasks, real in draw_set(s.seed, _TRAIN_STREAM, it, mix, cluster, s.episodes):
-            runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid, s.option_b(), s.option_c())
+            runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid, s.option_b(), s.option_c(),
+                                s.queue_slack)
                     for _ in range(s.rollouts)]
             m = runs[0][4]
             T = s.horizon * m if s.horizon > 0 else np.inf
@@ -236,7 +243,8 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     model = best[2]
     valid = score(model, draw_set(s.seed, _VALID_STREAM, 0, eval_mix, cluster, s.validation_draws),
                   cluster) if s.validation_draws else []
-    report = {"settings": asdict(s), "selected_iteration": best[1], "selection": best[0],
+    settings = {k: v for k, v in asdict(s).items() if k != "queue_slack" or np.isfinite(v)}  # JSON has no inf
+    report = {"settings": settings, "selected_iteration": best[1], "selection": best[0],
               "validation_mean": float(np.mean(valid)) if valid else None,
               "validation_per_draw": np.round(valid, 3).tolist(), "history": history}
     log(f"pg_late: iteration {best[1]} selected ({best[0]:.4f}); validation vs eft_late_plain "

@@ -11,7 +11,12 @@ One compiled kernel, four parameterisations.  At each pick, for every waiting ta
    charge; ``s = B / (B + backlog_s)`` with ``B`` the believed work per device in the device
    queues *and the pool*, or 1 with ``backlog_s = 0``; ``beta = 0`` is plain EFT);
 2. whether it can start now: a device its split uses is idle (the CPU if ``f < 1``, else
-   that GPU); a task whose best split only uses busy devices waits for them;
+   that GPU); a task whose best split only uses busy devices waits for them.  With a finite
+   ``queue_slack`` a split (``0 < f < 1``) does not start on a GPU while its CPU part would
+   wait more than ``queue_slack`` x its GPU part's believed seconds in the CPU's reserved
+   queue: that queue is FIFO, so committing CPU parts to it would make the CPU's order
+   first-come first-served, which is what keeps a CPU-bound machine's latency high
+   (docs/machine.md, "Holding splits back");
 3. its priority key, lowest first:
 
        key = w_fin * (finish - t) + w_alone * alone_i / weight_i - w_rank * rank_i - aging * (t - ready_i)
@@ -43,8 +48,8 @@ from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 
 # params layout (then the fraction grid)
-_LAUNCH, _W_FIN, _W_ALONE, _W_RANK, _AGING, _B_CPU, _B_GPU, _BACKLOG = range(8)
-_N_PARAMS = 8
+_LAUNCH, _W_FIN, _W_ALONE, _W_RANK, _AGING, _B_CPU, _B_GPU, _BACKLOG, _SLACK = range(9)
+_N_PARAMS = 9
 # pdata columns: nominal best time alone, least device-seconds, weight, upward rank below
 _ALONE, _WORK, _WEIGHT, _RANK = range(4)
 N_PDATA = 4
@@ -112,11 +117,15 @@ def split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s, b_cpu, b_gpu):
 
 
 @njit
-def start_device(f, g, idle):
-    """The idle device the split starts on (CPU first), or -1 when both of its devices are busy."""
+def start_device(f, g, idle, t, cpu_free, gpu_s, slack):
+    """The idle device the split starts on (CPU first), or -1 when both of its devices are busy
+    or when a split would start on the GPU while its CPU part waits (believed free time
+    ``cpu_free``) more than ``slack`` x its GPU part's ``gpu_s`` seconds."""
     if f < 1.0 and idle[0] == 1:
         return 0
     if f > 0.0 and idle[g + 1] == 1:
+        if f < 1.0 and cpu_free - t > slack * gpu_s:
+            return -1
         return g + 1
     return -1
 
@@ -131,8 +140,8 @@ def _list_late(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
     best_key = np.inf
     for k in range(n_pool):
         i = pool[k]
-        f, fin, _, _ = split_of(i, t, est[0], est[g + 1], X, params, _N_PARAMS, s)
-        d = start_device(f, g, idle)
+        f, fin, _, gb = split_of(i, t, est[0], est[g + 1], X, params, _N_PARAMS, s)
+        d = start_device(f, g, idle, t, est[0], gb, params[_SLACK])
         if d < 0:
             continue
         key = (params[_W_FIN] * (fin - t) + params[_W_ALONE] * pdata[i, _ALONE] / pdata[i, _WEIGHT]
@@ -174,9 +183,9 @@ class LateList(Policy):
 
     def __init__(self, w_fin: float = 0.0, w_alone: float = 0.0, w_rank: float = 0.0, aging: float = 0.0,
                  beta_cpu: float = 0.0, beta_gpu: float = 0.0, backlog_s: float = 0.0, kappa: float = 0.0,
-                 fraction_step: float = 0.05) -> None:
+                 queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
         vals = dict(w_fin=w_fin, w_alone=w_alone, w_rank=w_rank, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu,
-                    backlog_s=backlog_s, kappa=kappa)
+                    backlog_s=backlog_s, kappa=kappa, queue_slack=queue_slack)
         for k, v in vals.items():
             if not v >= 0:
                 raise ValueError(f"{type(self).__name__}.{k} must be >= 0, got {float(v)}")
@@ -186,7 +195,7 @@ class LateList(Policy):
     def head(self, cluster) -> list[float]:
         w = self.w
         return [cluster.launch_s, w["w_fin"], w["w_alone"], w["w_rank"], w["aging"], w["beta_cpu"], w["beta_gpu"],
-                w["backlog_s"]]
+                w["backlog_s"], w["queue_slack"]]
 
     def prepare(self, tasks, cluster, X) -> None:
         self.n_gpus = cluster.n_gpus
@@ -203,9 +212,9 @@ class SPTLate(LateList):
     name = "spt_late"
 
     def __init__(self, aging: float = 0.0, beta_cpu: float = 0.0, beta_gpu: float = 0.0, backlog_s: float = 0.0,
-                 fraction_step: float = 0.05) -> None:
+                 queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
         super().__init__(w_alone=1.0, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu, backlog_s=backlog_s,
-                         fraction_step=fraction_step)
+                         queue_slack=queue_slack, fraction_step=fraction_step)
 
 
 class WSPTLate(LateList):
@@ -214,9 +223,9 @@ class WSPTLate(LateList):
     name = "wspt_late"
 
     def __init__(self, kappa: float = 0.5, aging: float = 0.0, beta_cpu: float = 0.0, beta_gpu: float = 0.0,
-                 backlog_s: float = 0.0, fraction_step: float = 0.05) -> None:
+                 backlog_s: float = 0.0, queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
         super().__init__(w_alone=1.0, kappa=kappa, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu,
-                         backlog_s=backlog_s, fraction_step=fraction_step)
+                         backlog_s=backlog_s, queue_slack=queue_slack, fraction_step=fraction_step)
 
 
 class EFTLate(LateList):
@@ -225,9 +234,9 @@ class EFTLate(LateList):
     name = "eft_late"
 
     def __init__(self, aging: float = 0.0, beta_cpu: float = 0.0, beta_gpu: float = 0.0, backlog_s: float = 0.0,
-                 fraction_step: float = 0.05) -> None:
+                 queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
         super().__init__(w_fin=1.0, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu, backlog_s=backlog_s,
-                         fraction_step=fraction_step)
+                         queue_slack=queue_slack, fraction_step=fraction_step)
 
 
 class HEFTLate(LateList):
@@ -236,6 +245,7 @@ class HEFTLate(LateList):
     name = "heft_late"
 
     def __init__(self, w_rank: float = 1.0, w_fin: float = 1.0, aging: float = 0.0, beta_cpu: float = 0.0,
-                 beta_gpu: float = 0.0, backlog_s: float = 0.0, fraction_step: float = 0.05) -> None:
+                 beta_gpu: float = 0.0, backlog_s: float = 0.0, queue_slack: float = np.inf,
+                 fraction_step: float = 0.05) -> None:
         super().__init__(w_fin=w_fin, w_rank=w_rank, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu,
-                         backlog_s=backlog_s, fraction_step=fraction_step)
+                         backlog_s=backlog_s, queue_slack=queue_slack, fraction_step=fraction_step)

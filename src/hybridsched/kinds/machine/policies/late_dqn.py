@@ -11,7 +11,9 @@ split rule on the believed free times of the CPU and the GPU that frees first:
 - ``C``: only when the model file has ``option_c`` (the same keys): B's rule with that charge,
   only when its split differs from A's and B's.
 
-A candidate whose split uses only busy devices is not offered (the task waits).  Each
+A candidate whose split uses only busy devices is not offered (the task waits); with the
+model file's ``queue_slack`` neither is a split that would start on a GPU while its CPU part
+waits longer than that many times its GPU part (``late.start_device``).  Each
 candidate gets ``N_FEAT`` features (``FEATURES``, dimensionless: times over the running mean
 best-alone time ``m``, squashed by ``x / (1 + x)``), and
 
@@ -44,6 +46,7 @@ from hybridsched.kinds.machine.policies.late import (
     _B_GPU,
     _BACKLOG,
     _N_PARAMS,
+    _SLACK,
     _RANK,
     _WORK,
     LateList,
@@ -122,7 +125,7 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
                 f_b = f
             elif f == f_a or f == f_b:
                 continue
-            d = start_device(f, g, idle)
+            d = start_device(f, g, idle, t, est[0], gb, params[_SLACK])
             if d < 0:
                 continue
             q = 0.0
@@ -227,13 +230,26 @@ def option_of(model: dict[str, Any], key: str, who: str) -> dict[str, float] | N
     return {k: float(v) for k, v in {**OPTION_B, **given}.items()}
 
 
+def slack_of(model: dict[str, Any], who: str) -> float:
+    """The model's ``queue_slack`` (``late.start_device``): infinite (no hold) when absent; one
+    line on a bad one."""
+    v = model.get("queue_slack")
+    if v is None:
+        return np.inf
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
+        raise HybridschedError(f"{who}: queue_slack must be a number >= 0, got {v!r}")
+    return float(v)
+
+
 def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray,
-                option_b: dict[str, float] | None = None, option_c: dict[str, float] | None = None) -> np.ndarray:
-    """The kernel's params: split option B's work charge (``OPTION_B`` unless given), option C's
-    (none unless given), the hidden-unit count, the packed MLP, the fraction grid."""
+                option_b: dict[str, float] | None = None, option_c: dict[str, float] | None = None,
+                queue_slack: float = np.inf) -> np.ndarray:
+    """The kernel's params: split option B's work charge (``OPTION_B`` unless given), the split
+    hold (``late.start_device``; none unless given), option C's charge (none unless given), the
+    hidden-unit count, the packed MLP, the fraction grid."""
     b = option_b or OPTION_B
     c = [1.0, option_c["beta_cpu"], option_c["beta_gpu"], option_c["backlog_s"]] if option_c else [0.0] * 4
-    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, b["beta_cpu"], b["beta_gpu"], b["backlog_s"], *c]
+    head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, b["beta_cpu"], b["beta_gpu"], b["backlog_s"], queue_slack, *c]
     return np.concatenate([np.asarray(head, dtype=np.float64), [float(hidden)], weights, grid])
 
 
@@ -266,7 +282,7 @@ class DQNLate(LateList):
         self.n_gpus = cluster.n_gpus
         who = f"{self.name} model"
         self._params = head_params(cluster, hidden, w, self.grid, option_of(self._model, "option_b", who),
-                                   option_of(self._model, "option_c", who))
+                                   option_of(self._model, "option_c", who), slack_of(self._model, who))
         self._pdata = pdata_of(tasks, cluster, X)
 
 

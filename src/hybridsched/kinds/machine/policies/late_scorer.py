@@ -37,6 +37,7 @@ from hybridsched.kinds.machine.policies.late import (
     _BACKLOG,
     _LAUNCH,
     _N_PARAMS,
+    _SLACK,
     _RANK,
     _W_ALONE,
     _W_FIN,
@@ -88,7 +89,7 @@ def _cem_late(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
     for k in range(n_pool):
         i = pool[k]
         f, fin, cb, gb = split_of(i, t, est[0], est[g + 1], X, params, grid0, s)
-        d = start_device(f, g, idle)
+        d = start_device(f, g, idle, t, est[0], gb, params[_SLACK])
         if d < 0:
             continue
         key = (params[_W_FIN] * (fin - t) + params[_W_ALONE] * pdata[i, _ALONE] / pdata[i, _WEIGHT]
@@ -151,7 +152,7 @@ class CEMLate(LateList):
         if self._model is None:
             self._model = load_model(self.model_dir)
         base = self._model["base"]
-        self.w = {k: float(base[k]) for k in BASE_KEYS}
+        self.w = {**self.w, **{k: float(base[k]) for k in BASE_KEYS}}  # queue_slack stays the default
         learned = learned_vector(self._model)
         n_hidden = (learned.size - N_LIN) // (N_IN + 2)
         self.n_gpus = cluster.n_gpus
