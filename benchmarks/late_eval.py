@@ -405,4 +405,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from hybridsched.errors import HybridschedError
+
+    try:
+        main()
+    except HybridschedError as e:  # bad settings or model files: one line, exit 1 (as the stages)
+        raise SystemExit(f"error: {e}") from None

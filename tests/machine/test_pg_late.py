@@ -178,6 +178,12 @@ def test_training_writes_queue_slack_only_when_finite(tmp_path):
     assert "queue_slack" not in json.loads((tmp_path / "b" / "train_pg_late.json").read_text())["settings"]
 
 
+def test_a_negative_queue_slack_is_refused_before_training():
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(HybridschedError, match="pg_late training: queue_slack must be >= 0"):
+            LatePGSettings(queue_slack=bad)
+
+
 def test_training_writes_option_c_when_asked(tmp_path):
     s = LatePGSettings(iterations=1, episodes=1, rollouts=2, tasks=80, steps=1, hidden=3, selection_draws=1,
                        validation_draws=0, b_beta_cpu=11.0, b_beta_gpu=7.14, b_backlog_s=1.6, c_option=1)

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from hybridsched.devices import Cluster
+from hybridsched.errors import HybridschedError
 from hybridsched.io import write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
 from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, deterministic_torch, q_numpy, record_run, score
@@ -74,6 +75,10 @@ class LatePGSettings:
     c_backlog_s: float = 0.0
     # the split hold (late.start_device): inf = none; written to the model file when finite
     queue_slack: float = np.inf
+
+    def __post_init__(self) -> None:
+        if not self.queue_slack >= 0:  # refused before any training (NaN too)
+            raise HybridschedError(f"pg_late training: queue_slack must be >= 0 (inf: no hold), got {self.queue_slack}")
 
     def option_b(self) -> dict[str, float]:
         """Option B's charge as the model file's ``option_b``."""
