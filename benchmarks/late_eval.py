@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
+from hybridsched.errors import HybridschedError
 from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.bounds_lp import LPSettings
@@ -168,12 +169,12 @@ def gantt(cfg: dict[str, Any], pols: dict[str, Any], names: list[str], path: Pat
     return plot_gantt(traces, path, window_s=60.0, start=start, n_devices=cluster.n_devices)
 
 
-def tune_late(trials: int, out: Path) -> dict[str, Any]:
+def tune_late(trials: int, out: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """Tune each late heuristic with the project's Optuna study on the default workload's
     training split (as the arrival heuristics' YAML weights were); writes ``<out>/tuned_late.json``."""
     from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 
-    cfg = compose([])
+    cfg = compose(overrides or [])
     cluster = cluster_from_config(cfg["cluster"])
     train, _ = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
     work = Path(tempfile.mkdtemp(prefix="late-tune-"))
@@ -188,27 +189,31 @@ def tune_late(trials: int, out: Path) -> dict[str, Any]:
     return tuned
 
 
-def validate_models(dirs: list[str]) -> dict[str, Any]:
-    """cem_late models on the validation stream's draws of ``cem.machine`` (``[cem.seed, 2, 0]``:
-    never training, selection or evaluation), as mean latency / untuned eft_late's per draw."""
+def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[str] | None = None) -> dict[str, Any]:
+    """Models of ``policy`` (a conf entry with a ``model_dir``: ``cem_late``, ``pg_late``, ...) and
+    the late heuristics (YAML weights) on the validation stream's draws of ``cem.machine``
+    (``[cem.seed, 2, 0]``: never training, selection or evaluation), as mean latency / untuned
+    late EFT's per draw.  ``overrides``: Hydra overrides of conf/ (e.g. of the mixture)."""
     from hybridsched.kinds.machine.cem_train import _VALID_STREAM, MachineCEMSettings, draw_set
-    from hybridsched.kinds.machine.policies.late import EFTLate
-    from hybridsched.kinds.machine.policies.late_scorer import CEMLate
 
-    cfg = compose([])
+    cfg = compose(overrides or [])
     cluster = cluster_from_config(cfg["cluster"])
     s = MachineCEMSettings.from_dict(cfg["cem"]["machine"])
+    spec = cfg["policies"]["machine"].get(policy)
+    if not isinstance(spec, dict) or "model_dir" not in spec:
+        raise HybridschedError(f"--validate-policy: {policy!r} is not a policy with a model_dir in policies.machine")
+    pols = policies(cfg, "", "", "", "")
+    runs = {n: pols[n] for n in LATE}
+    runs.update({d: (lambda d=d: instantiate({**spec, "model_dir": d})) for d in dirs})
     draws = draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster, s.validation_scenarios)
-    ratios: dict[str, list[float]] = {d: [] for d in dirs}
+    ratios: dict[str, list[float]] = {n: [] for n in runs}
     for _, tasks, real in draws:
-        tr = simulate(tasks, cluster, EFTLate(), real)
-        ref = float(np.mean(tr.end - tr.arrival))
-        for d in dirs:
-            tr = simulate(tasks, cluster, CEMLate(model_dir=d), real)
-            ratios[d].append(float(np.mean(tr.end - tr.arrival)) / ref)
-    out = {d: {"mean": float(np.mean(r)), "per_draw": np.round(r, 3).tolist()} for d, r in ratios.items()}
-    for d, r in out.items():
-        print(f"{d}: {r['mean']:.4f} {r['per_draw']}")
+        lat = {n: float(np.mean((tr := simulate(tasks, cluster, make(), real)).end - tr.arrival)) for n, make in runs.items()}
+        for n in runs:
+            ratios[n].append(lat[n] / lat["eft_late_plain"])
+    out = {n: {"mean": float(np.mean(r)), "per_draw": np.round(r, 3).tolist()} for n, r in ratios.items()}
+    for n, r in out.items():
+        print(f"{n}: {r['mean']:.4f} {r['per_draw']}")
     return out
 
 
@@ -237,7 +242,7 @@ def srpt_mean_flow(release: np.ndarray, work: np.ndarray) -> float:
     return total / max(n, 1)
 
 
-def hold_scan(slacks: list[float]) -> dict[str, Any]:
+def hold_scan(slacks: list[float], overrides: list[str] | None = None) -> dict[str, Any]:
     """Plain late EFT with each ``queue_slack`` on the validation draws of ``cem.machine`` (never
     training, selection or evaluation), as mean latency / the best late heuristic's (YAML
     weights) per draw; with each draw's CPU-bound floor: preemptive SRPT on the CPU work no
@@ -247,7 +252,7 @@ def hold_scan(slacks: list[float]) -> dict[str, Any]:
     from hybridsched.kinds.machine.engine import CPU_S, MAX_F, task_matrix
     from hybridsched.kinds.machine.policies.late import EFTLate
 
-    cfg = compose([])
+    cfg = compose(overrides or [])
     cluster = cluster_from_config(cfg["cluster"])
     s = MachineCEMSettings.from_dict(cfg["cem"]["machine"])
     pols = policies(cfg, "", "", "", "")
@@ -270,44 +275,43 @@ def hold_scan(slacks: list[float]) -> dict[str, Any]:
     return {"slacks": slacks, "draws": rows}
 
 
-def train_pg(model_dir: Path, overrides: str, out: Path) -> dict[str, Any]:
-    """Train ``pg_late`` (late_pg_train) on ``cem.machine``'s mixture; the report also goes to ``<out>``."""
+def settings_from(cls, text: str, flag: str):
+    """A settings dataclass from ``key=value,...`` (``--pg-set``, ``--dqn-set``)."""
     from dataclasses import fields
 
+    types = {f.name: f.type for f in fields(cls)}
+    kv = dict(x.split("=", 1) for x in text.split(",") if x)
+    unknown = sorted(set(kv) - set(types))
+    if unknown:
+        raise SystemExit(f"{flag}: unknown {cls.__name__} key(s) {unknown}; known: {sorted(types)}")
+    return cls(**{k: v if types[k] in ("str", str) else float(v) if types[k] in ("float", float) else int(v)
+                  for k, v in kv.items()})
+
+
+def train_pg(model_dir: Path, pg_set: str, out: Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train ``pg_late`` (late_pg_train) on ``cem.machine``'s mixture (``overrides``: Hydra
+    overrides of conf/, e.g. of the mixture); the report also goes to ``<out>``."""
     from hybridsched.kinds.machine.cem_train import MachineCEMSettings
     from hybridsched.kinds.machine.late_pg_train import REPORT_FILE, LatePGSettings, train
 
-    types = {f.name: f.type for f in fields(LatePGSettings)}
-    kv = dict(x.split("=", 1) for x in overrides.split(",") if x)
-    unknown = sorted(set(kv) - set(types))
-    if unknown:
-        raise SystemExit(f"--pg-set: unknown LatePGSettings key(s) {unknown}; known: {sorted(types)}")
-    cast = {k: v if types[k] in ("str", str) else float(v) if types[k] in ("float", float) else int(v)
-            for k, v in kv.items()}
-    cfg = compose([])
+    settings = settings_from(LatePGSettings, pg_set, "--pg-set")
+    cfg = compose(overrides or [])
     cluster = cluster_from_config(cfg["cluster"])
-    report = train(LatePGSettings(**cast), MachineCEMSettings.from_dict(cfg["cem"]["machine"]), cluster, model_dir)
+    report = train(settings, MachineCEMSettings.from_dict(cfg["cem"]["machine"]), cluster, model_dir)
     write_json(out / REPORT_FILE, report)
     return report
 
 
-def train_dqn(model_dir: Path, overrides: str, out: Path) -> dict[str, Any]:
+def train_dqn(model_dir: Path, dqn_set: str, out: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """Train ``dqn_late`` on ``cem.machine``'s workload mixture (late_dqn_train); the report also
     goes to ``<out>/train_dqn_late.json``."""
-    from dataclasses import fields
-
     from hybridsched.kinds.machine.cem_train import MachineCEMSettings
     from hybridsched.kinds.machine.late_dqn_train import LateDQNSettings, train
 
-    types = {f.name: f.type for f in fields(LateDQNSettings)}
-    kv = dict(x.split("=", 1) for x in overrides.split(",") if x)
-    unknown = sorted(set(kv) - set(types))
-    if unknown:
-        raise SystemExit(f"--dqn-set: unknown LateDQNSettings key(s) {unknown}; known: {sorted(types)}")
-    cast = {k: (float(v) if types[k] in ("float", float) else int(v)) for k, v in kv.items()}
-    cfg = compose([])
+    settings = settings_from(LateDQNSettings, dqn_set, "--dqn-set")
+    cfg = compose(overrides or [])
     cluster = cluster_from_config(cfg["cluster"])
-    report = train(LateDQNSettings(**cast), MachineCEMSettings.from_dict(cfg["cem"]["machine"]), cluster, model_dir)
+    report = train(settings, MachineCEMSettings.from_dict(cfg["cem"]["machine"]), cluster, model_dir)
     write_json(out / "train_dqn_late.json", report)
     return report
 
@@ -345,29 +349,32 @@ def main() -> None:
                     help="only train pg_late into DIR (late_pg_train.LatePGSettings; --pg-set key=value,...)")
     ap.add_argument("--pg-set", default="", help="LatePGSettings overrides, e.g. iterations=2,init=DIR")
     ap.add_argument("--out", default="metrics/late")
+    ap.add_argument("--validate-policy", default="cem_late", metavar="NAME",
+                    help="--validate: the conf policy (policies.machine.NAME) whose model_dir each DIR replaces")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/ (after --), e.g. of cem.machine's mixture")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tune:
-        tune_late(args.tune, out)
+        tune_late(args.tune, out, args.overrides)
         return
     if args.train_dqn:
-        train_dqn(Path(args.train_dqn), args.dqn_set, out)
+        train_dqn(Path(args.train_dqn), args.dqn_set, out, args.overrides)
         return
     if args.train_pg:
-        train_pg(Path(args.train_pg), args.pg_set, out)
+        train_pg(Path(args.train_pg), args.pg_set, out, args.overrides)
         return
     if args.validate:
-        write_json(out / "validate_late.json", validate_models(args.validate.split(",")))
+        write_json(out / "validate_late.json", validate_models(args.validate.split(","), args.validate_policy, args.overrides))
         return
     if args.hold_scan:
-        r = hold_scan([float(x) for x in args.hold_scan.split(",")])
+        r = hold_scan([float(x) for x in args.hold_scan.split(",")], args.overrides)
         write_json(out / "hold_scan.json", r)
         write_text(out / "hold_scan.md", pd.DataFrame(r["draws"]).to_markdown(index=False, floatfmt=".4g"))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     if args.analyse:
-        cfg = compose(WORKLOADS[args.analyse_on])
+        cfg = compose([*WORKLOADS[args.analyse_on], *args.overrides])
         pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         table = analyse(cfg, pols, [n for n in args.analyse.split(",") if n in pols])
         write_frame(out / "analyse.csv", table)
@@ -375,12 +382,12 @@ def main() -> None:
         print(markdown(table.round(3)))
         return
     if args.gantt:
-        cfg = compose([])
+        cfg = compose(args.overrides)
         pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         gantt(cfg, pols, [n for n in args.gantt_policies.split(",") if n in pols], Path(args.gantt))
         return
     if args.sweep:
-        cfg = compose([])
+        cfg = compose(args.overrides)
         frames = sweep(cfg, policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model),
                        [float(x) for x in args.loads.split(",")], args.sweep_tasks, lp, out)
         write_text(out / "late_sweep.md", wide(frames) + "\n" + summary(frames))
@@ -388,13 +395,13 @@ def main() -> None:
         return
     frames = []
     for wname in [w for w in args.workloads.split(",") if w]:
-        cfg = compose(WORKLOADS[wname])
+        cfg = compose([*WORKLOADS[wname], *args.overrides])
         cluster = cluster_from_config(cfg["cluster"])
         _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         frames.append(evaluate(wname, test, cluster, int(cfg["sim"]["seed"]),
                                policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model), lp, out))
     if args.heldout:
-        cfg = compose([])
+        cfg = compose(args.overrides)
         cluster = cluster_from_config(cfg["cluster"])
         pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
         for k, w in enumerate(heldout_workloads(args.heldout, cluster)):

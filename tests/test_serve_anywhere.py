@@ -54,6 +54,18 @@ def test_missing_model_asked_for_explicitly_is_an_error():
         leave_out_missing_models(s, _check({"hybrid_ml"}), explicit=False)
 
 
+@pytest.mark.parametrize("name", ["eft_late", "eft_rank_spt"])
+def test_a_policy_the_live_engine_cannot_run_is_one_line(name):
+    # late dispatch and ordered device queues have their own engines, which cannot carry device
+    # times from one segment to the next as the live service does
+    from hybridsched.service.engine import build_policy
+
+    s = load_settings([], token="t")
+    with pytest.raises(HybridschedError, match=f"policy {name}: the live service runs arrival-mode policies with FIFO"):
+        build_policy(name, s.machine["policies"][name])
+    assert build_policy("eft_rank", s.machine["policies"]["eft_rank"]).name == "eft_rank"
+
+
 @pytest.mark.slow
 def test_serve_started_from_another_directory(tmp_path):
     """A real server started in an empty directory, its models pointed at an empty folder:

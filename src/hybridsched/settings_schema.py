@@ -540,10 +540,17 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.*_late.beta_cpu": NONNEG,
     "policies.machine.*_late.beta_gpu": NONNEG,
     "policies.machine.*_late*.queue_slack": NONNEG,  # the split hold (late.start_device)
+    "policies.machine.*_late*.reserved_order": Choice(("fifo", "spt")),  # the late engine's reserved queues
     "policies.machine.wspt_late.kappa": NONNEG,
     "policies.machine.heft_late.w_rank": NONNEG,
     "policies.machine.heft_late.w_fin": NONNEG,
     "policies.serving.cem.drop": FLAG,
+    # ordered device queues (policies/ordered.py): the order, and the placement policy's config
+    # (its weights are eft's, eft_rank's or dmda's, all >= 0)
+    "policies.machine.*.order": Choice(("fifo", "spt", "wspt")),
+    "policies.machine.*.placement._target_": Text(),
+    "policies.machine.*.placement.fraction_step": FRACTION,
+    "policies.machine.*.placement.*": NONNEG,
     "policies.machine.dmda.alpha": NONNEG,
     "policies.machine.dmda.beta": NONNEG,
     "policies.machine.dmda.gamma": NONNEG,

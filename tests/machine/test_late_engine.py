@@ -52,6 +52,8 @@ def late_policies():
             DQNLate(model={"hidden": 6, "weights": rnd.tolist()}),
             # the split hold (late.start_device): a heuristic and a network with one
             EFTLate(queue_slack=2.0), WSPTLate(queue_slack=0.0),
+            # reserved parts shortest first (late_engine._shortest_first)
+            EFTLate(reserved_order="spt"), HEFTLate(reserved_order="spt", queue_slack=1.0),
             PGLate(model={"hidden": 6, "weights": rnd.tolist(), "queue_slack": 0.5})]
 
 
@@ -257,3 +259,38 @@ def test_simulate_and_evaluate_stages_run_late_policies_with_sim_dispatch_late(t
     assert (tmp_path / "metrics" / "summary.json").is_file()
     with pytest.raises(HybridschedError, match="sim.dispatch=arrival: policy 'eft_late' dispatches late"):
         kind.check_config(compose_run(*over, "sim.policies.machine=[eft,eft_late]"))
+
+
+@njit
+def _split_on_cpu(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
+    """The oldest waiting task, 0.9 of it on GPU 0, started on the CPU (waits while the CPU is busy)."""
+    if idle[0] == 0:
+        return -1, -1, 0.0, 0
+    return 0, 0, 0.9, 0
+
+
+class _SplitOnCPU(Policy):
+    name = "split"
+    dispatch = "late"
+    pick_kernel = _split_on_cpu
+
+    def __init__(self, reserved_order: str) -> None:
+        self.reserved_order = reserved_order
+
+
+def test_reserved_parts_run_shortest_first_with_spt_and_in_queue_order_with_fifo():
+    # three splits start on the CPU one after another; their GPU parts (0.9 of each) queue on
+    # GPU 0 behind the first one's: FIFO runs them as queued (1 then 2), SPT the shorter (2) first
+    cluster = Cluster(n_gpus=1, noise_sigma=0.0, launch_s=0.0)
+    tasks = _table([0.0, 0.0, 0.0], [100.0, 400.0, 200.0], [0.0, 0.0, 0.0], [100.0, 100.0, 100.0])
+    real = cluster.sample_noise(3, np.random.default_rng(0))
+    fifo = simulate_late(tasks, cluster, _SplitOnCPU("fifo"), real)
+    spt = simulate_late(tasks, cluster, _SplitOnCPU("spt"), real)
+    assert fifo.gpu_start[1] < fifo.gpu_start[2]
+    assert spt.gpu_start[2] < spt.gpu_start[1]
+    assert spt.gpu_start[2] == pytest.approx(fifo.gpu_start[1])  # the same slot, the shorter part in it
+
+
+def test_a_bad_reserved_order_is_one_line():
+    with pytest.raises(HybridschedError, match="EFTLate.reserved_order: 'lifo' is not one of"):
+        EFTLate(reserved_order="lifo")

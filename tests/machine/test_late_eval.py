@@ -85,3 +85,45 @@ def test_hold_scan_entry_point(tmp_path, monkeypatch):
         assert d["cpu_floor"] <= d["best"] * (1 + 1e-9) and d["best"] <= d["eft_late_plain"]
         assert d["slack_2"] > 0
     assert (tmp_path / "hold_scan.md").read_text().startswith("|")
+
+
+def _small_mixture(*extra: str) -> list[str]:
+    """Hydra overrides after ``--``: two validation and selection draws of 120 tasks."""
+    return ["--", *extra, "cem.machine.tasks=120", "cem.machine.validation_scenarios=2"]
+
+
+def test_validate_scores_models_of_a_conf_policy_and_the_late_heuristics(tmp_path, monkeypatch):
+    # a pg_late model on the validation draws, next to every late heuristic, / untuned late EFT
+    model = tmp_path / "m"
+    _main(monkeypatch, "--train-pg", str(model), "--pg-set",
+          "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0",
+          "--out", str(tmp_path / "o"))
+    _main(monkeypatch, "--validate", str(model), "--validate-policy", "pg_late", "--out", str(tmp_path / "v"),
+          *_small_mixture())
+    r = json.loads((tmp_path / "v" / "validate_late.json").read_text())
+    assert set(r) == {*late_eval.LATE, str(model)}
+    assert r["eft_late_plain"]["per_draw"] == [1.0, 1.0]
+    assert all(len(v["per_draw"]) == 2 and v["mean"] > 0 for v in r.values())
+    # the overrides reach the draws: the default-like mixture gives other draws
+    _main(monkeypatch, "--validate", str(model), "--validate-policy", "pg_late", "--out", str(tmp_path / "d"),
+          *_small_mixture("experiment=default_like"))
+    d = json.loads((tmp_path / "d" / "validate_late.json").read_text())
+    assert d["wspt_late"]["per_draw"] != r["wspt_late"]["per_draw"]
+    from hybridsched.errors import HybridschedError
+
+    with pytest.raises(HybridschedError, match="--validate-policy: 'eft' is not a policy with a model_dir"):
+        _main(monkeypatch, "--validate", str(model), "--validate-policy", "eft", "--out", str(tmp_path / "x"))
+
+
+def test_train_pg_takes_the_mixture_from_hydra_overrides(tmp_path, monkeypatch):
+    # the documented specialist command, shrunk: its draws are the default-like mixture's
+    def train(out: str, *extra: str) -> dict:
+        _main(monkeypatch, "--train-pg", str(tmp_path / out), "--pg-set",
+              "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0",
+              "--out", str(tmp_path / out), *extra)
+        return json.loads((tmp_path / out / "train_pg_late.json").read_text())
+
+    mixed = train("mix")
+    special = train("special", "--", "experiment=default_like")
+    assert special["history"][1]["train_mean_latency"] != mixed["history"][1]["train_mean_latency"]
+    assert special == train("special2", "--", "experiment=default_like")  # seeded

@@ -45,8 +45,12 @@ class InvalidRequest(HybridschedError):
 
 
 def build_policy(name: str, spec: dict[str, Any]):  # -> Policy
-    """The policy of a config spec, named as in the race."""
+    """The policy of a config spec, named as in the race: an arrival-mode policy with FIFO
+    device queues, the only sort the live engine (``engine.Session``, carried device times) runs."""
     policy = instantiate(spec)
+    if getattr(policy, "dispatch", "arrival") != "arrival" or getattr(policy, "queue_order", None) is not None:
+        raise HybridschedError(f"policy {name}: the live service runs arrival-mode policies with FIFO device "
+                               f"queues only; simulate it with `python -m stages.simulate policy={name}`")
     policy.name = name
     return policy
 

@@ -11,7 +11,8 @@ names the idle device ``d`` that starts now and the GPU share ``f`` (``d = 0``, 
 needs ``f < 1``; a GPU needs ``f > 0``).  The other part (if ``0 < f < 1``) goes to its own
 device, the CPU or the GPU ``g2`` that ``pick`` names: it starts at once if that device is
 idle, otherwise it joins that device's *reserved* queue, which runs before any pool task
-when the device frees (FIFO among reserved parts).  So a split task never waits in the pool
+when the device frees: FIFO among reserved parts, or, with the policy's ``reserved_order``
+``"spt"``, the part of least nominal seconds first (ties: the earlier queued).  So a split task never waits in the pool
 twice, and no device ever runs two parts at once.
 
 **What a policy sees** (``pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params)
@@ -57,8 +58,29 @@ def _start(i, part, d, t, dur, noise, watts, cs, ce, gs, ge, energy, running, ru
     return heap_push(dh_t, dh_i, dn, t + real, 2 * i + part)
 
 
+RESERVED = ("fifo", "spt")  # a policy's reserved_order -> the loop's ``reserved`` code
+
+
+@njit
+def _shortest_first(rq, d, head, tail, frac, X, launch_s):
+    """Move the reserved part of least nominal seconds on device ``d`` to the queue's head,
+    keeping the others in queue order (ties: the earlier queued)."""
+    best_q = head
+    best = np.inf
+    for q in range(head, tail):
+        j = rq[d, q]
+        v = (1.0 - frac[j]) * X[j, CPU_S] if d == 0 else launch_s + frac[j] * X[j, GPU_S]
+        if v < best:
+            best = v
+            best_q = q
+    j = rq[d, best_q]
+    for q in range(best_q, head, -1):
+        rq[d, q] = rq[d, q - 1]
+    rq[d, head] = j
+
+
 @njit(nogil=True)
-def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w, n_dev,
+def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w, n_dev, reserved,
               root_order, child_ptr, child_idx, pending, ready,
               gpu, frac, cs, ce, gs, ge, gmem, end, energy):
     """Run every task to completion (module docstring); fills the per-task output arrays."""
@@ -126,6 +148,8 @@ def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w
         # 3. reserved parts first, then the policy's picks, while a device is idle
         for d in range(n_dev):
             if running[d] < 0 and rq_head[d] < rq_tail[d]:
+                if reserved == 1:
+                    _shortest_first(rq, d, rq_head[d], rq_tail[d], frac, X, launch_s)
                 i = rq[d, rq_head[d]]
                 rq_head[d] += 1
                 if d == 0:
@@ -191,7 +215,7 @@ def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w
 
 
 def run_loop(loop, pick, X: np.ndarray, pdata: np.ndarray, params, tasks: TaskTable, cluster: Cluster,
-             realization: Realization) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+             realization: Realization, reserved_order: str = "fifo") -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
     """Run the late loop (``_run_late`` or its ``py_func``) with ``pick`` on ``tasks``:
     ``(tasks done, ready times, output columns)``; trainers call it with their own ``pick``."""
     n = len(tasks)
@@ -204,7 +228,7 @@ def run_loop(loop, pick, X: np.ndarray, pdata: np.ndarray, params, tasks: TaskTa
     out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(), gs=nan.copy(),
                ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
     done = loop(pick, X, pdata, params, tasks.arrival, realization.cpu_factor, realization.gpu_factor, cluster.launch_s,
-                cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, root_order, child_ptr, child_idx, pending,
+                cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, RESERVED.index(reserved_order), root_order, child_ptr, child_idx, pending,
                 ready, *out.values())
     return int(done), ready, out
 
@@ -221,7 +245,8 @@ def simulate_late(tasks: TaskTable, cluster: Cluster, policy, realization: Reali
     policy.prepare(tasks, cluster, X)
     pdata, params = policy.kernel_data()
     loop, pick = (_run_late, kernel) if compiled else (_run_late.py_func, kernel.py_func)
-    done, ready, out = run_loop(loop, pick, X, pdata, params, tasks, cluster, realization)
+    done, ready, out = run_loop(loop, pick, X, pdata, params, tasks, cluster, realization,
+                                getattr(policy, "reserved_order", "fifo"))
     if done != n:
         raise RuntimeError(f"late engine finished {done} of {n} tasks")  # unreachable for acyclic input
     o = out

@@ -16,7 +16,8 @@ One compiled kernel, four parameterisations.  At each pick, for every waiting ta
    wait more than ``queue_slack`` x its GPU part's believed seconds in the CPU's reserved
    queue: that queue is FIFO, so committing CPU parts to it would make the CPU's order
    first-come first-served, which is what keeps a CPU-bound machine's latency high
-   (docs/machine.md, "Holding splits back");
+   (docs/machine.md, "Holding splits back").  With ``reserved_order: spt`` the engine
+   runs each device's reserved parts shortest first instead (``late_engine.py``);
 3. its priority key, lowest first:
 
        key = w_fin * (finish - t) + w_alone * alone_i / weight_i - w_rank * rank_i - aging * (t - ready_i)
@@ -43,8 +44,10 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.bounds import best_alone_seconds
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F
+from hybridsched.kinds.machine.late_engine import RESERVED
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 
 # params layout (then the fraction grid)
@@ -183,14 +186,18 @@ class LateList(Policy):
 
     def __init__(self, w_fin: float = 0.0, w_alone: float = 0.0, w_rank: float = 0.0, aging: float = 0.0,
                  beta_cpu: float = 0.0, beta_gpu: float = 0.0, backlog_s: float = 0.0, kappa: float = 0.0,
-                 queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
+                 queue_slack: float = np.inf, fraction_step: float = 0.05,
+                 reserved_order: str = "fifo") -> None:
         vals = dict(w_fin=w_fin, w_alone=w_alone, w_rank=w_rank, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu,
                     backlog_s=backlog_s, kappa=kappa, queue_slack=queue_slack)
         for k, v in vals.items():
             if not v >= 0:
                 raise ValueError(f"{type(self).__name__}.{k} must be >= 0, got {float(v)}")
+        if reserved_order not in RESERVED:
+            raise HybridschedError(f"{type(self).__name__}.reserved_order: {reserved_order!r} is not one of {list(RESERVED)}")
         self.w = vals
         self.grid = fraction_grid(fraction_step)
+        self.reserved_order = reserved_order  # the late engine's order of a device's reserved parts
 
     def head(self, cluster) -> list[float]:
         w = self.w
@@ -212,9 +219,11 @@ class SPTLate(LateList):
     name = "spt_late"
 
     def __init__(self, aging: float = 0.0, beta_cpu: float = 0.0, beta_gpu: float = 0.0, backlog_s: float = 0.0,
-                 queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
+                 queue_slack: float = np.inf, fraction_step: float = 0.05,
+                 reserved_order: str = "fifo") -> None:
         super().__init__(w_alone=1.0, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu, backlog_s=backlog_s,
-                         queue_slack=queue_slack, fraction_step=fraction_step)
+                         queue_slack=queue_slack, fraction_step=fraction_step,
+                         reserved_order=reserved_order)
 
 
 class WSPTLate(LateList):
@@ -223,9 +232,11 @@ class WSPTLate(LateList):
     name = "wspt_late"
 
     def __init__(self, kappa: float = 0.5, aging: float = 0.0, beta_cpu: float = 0.0, beta_gpu: float = 0.0,
-                 backlog_s: float = 0.0, queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
+                 backlog_s: float = 0.0, queue_slack: float = np.inf, fraction_step: float = 0.05,
+                 reserved_order: str = "fifo") -> None:
         super().__init__(w_alone=1.0, kappa=kappa, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu,
-                         backlog_s=backlog_s, queue_slack=queue_slack, fraction_step=fraction_step)
+                         backlog_s=backlog_s, queue_slack=queue_slack, fraction_step=fraction_step,
+                         reserved_order=reserved_order)
 
 
 class EFTLate(LateList):
@@ -234,9 +245,11 @@ class EFTLate(LateList):
     name = "eft_late"
 
     def __init__(self, aging: float = 0.0, beta_cpu: float = 0.0, beta_gpu: float = 0.0, backlog_s: float = 0.0,
-                 queue_slack: float = np.inf, fraction_step: float = 0.05) -> None:
+                 queue_slack: float = np.inf, fraction_step: float = 0.05,
+                 reserved_order: str = "fifo") -> None:
         super().__init__(w_fin=1.0, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu, backlog_s=backlog_s,
-                         queue_slack=queue_slack, fraction_step=fraction_step)
+                         queue_slack=queue_slack, fraction_step=fraction_step,
+                         reserved_order=reserved_order)
 
 
 class HEFTLate(LateList):
@@ -246,6 +259,7 @@ class HEFTLate(LateList):
 
     def __init__(self, w_rank: float = 1.0, w_fin: float = 1.0, aging: float = 0.0, beta_cpu: float = 0.0,
                  beta_gpu: float = 0.0, backlog_s: float = 0.0, queue_slack: float = np.inf,
-                 fraction_step: float = 0.05) -> None:
+                 fraction_step: float = 0.05, reserved_order: str = "fifo") -> None:
         super().__init__(w_fin=w_fin, w_rank=w_rank, aging=aging, beta_cpu=beta_cpu, beta_gpu=beta_gpu,
-                         backlog_s=backlog_s, queue_slack=queue_slack, fraction_step=fraction_step)
+                         backlog_s=backlog_s, queue_slack=queue_slack, fraction_step=fraction_step,
+                         reserved_order=reserved_order)
