@@ -14,7 +14,11 @@ test split with its arrivals divided by ``x`` (as benchmarks/cluster_quality.py)
 ``--out`` (never into metrics/): ``cluster_queue.csv`` / ``.md`` (one row per load and policy),
 ``cluster_queue.png`` (mean JCT against load), ``learned_order.json`` (the weights and the
 training record).  ``--weights FILE`` evaluates a saved ``learned_order.json`` instead of
-training.  Nothing is timed; every number is seeded and identical on rerun.
+training.  ``--fade-scan 0,1,2,4,8,30`` trains nothing and reads no test pod: it scores ``cem``'s
+node weights with the ``sjf`` order at each listed backlog fade, and ``eft`` itself, on the
+training windows that pick and check a training run, writes ``fade_scan.csv`` / ``.md`` and the
+pick's ``learned_order.json`` (for ``--weights``), and stops.  Nothing is timed; every number is
+seeded and identical on rerun.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.cluster_quality import _run
+from hybridsched.errors import HybridschedError
 
 # name -> (node policy, queue order, backfilling); "default" = the default engine (static key, greedy)
 ROWS = {
@@ -54,6 +59,33 @@ def _curve_point(v: str) -> tuple[float, float]:
         return float(load), float(share)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{v!r} is not LOAD:SHARE") from e
+
+
+def parse_fades(text: str) -> tuple[float, ...]:
+    """``--fade-scan``: distinct finite numbers, comma-separated (e.g. ``0,1,2,4,8,30``)."""
+    try:
+        fades = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        fades = ()
+    if not fades or not all(np.isfinite(fades)) or len(set(fades)) < len(fades):
+        raise HybridschedError(f"--fade-scan: {text!r} is not a list of distinct finite numbers, comma-separated "
+                               "(e.g. 0,1,2,4,8,30)")
+    return fades
+
+
+def scan_table(rows: list[dict], s, pick: str) -> pd.DataFrame:
+    """The fade scan's rows as a table: per candidate the selection and check windows' strata
+    (columns named by their load bins), worst stratum and mean, and whether it is ``pick``."""
+    edges = np.linspace(s.min_load, s.max_load, s.strata + 1)
+    bins = [f"{lo:g}-{hi:g}" for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    out = []
+    for r in rows:
+        row = {"candidate": r["candidate"], "fade": r["fade"]}
+        for part in ("selection", "check"):
+            row.update({f"{part} {b}": c for b, c in zip(bins, r[f"{part}_strata"], strict=False)})
+            row.update({f"{part} worst": round(r[f"{part}_cost"], 4), f"{part} mean": round(r[f"{part}_mean"], 4)})
+        out.append({**row, "pick": r["candidate"] == pick})
+    return pd.DataFrame(out)
 
 
 def _policy(run, name: str, train):
@@ -111,8 +143,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="learned node choice: start from cem's trained node weights, or from eft's (zeros)")
     ap.add_argument("--node-search", choices=["fade", "all"], default="fade",
                     help="learned node choice: move only the backlog fade (node weights held), or all")
+    ap.add_argument("--fade-scan", default=None, metavar="F1,F2,...",
+                    help="no training: score cem's node weights + sjf at these fades, and eft, on the training "
+                         "selection and check windows; write fade_scan.csv/.md and the pick's learned_order.json")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
+    fades = parse_fades(args.fade_scan) if args.fade_scan is not None else None
+    if fades is not None and (args.weights is not None or args.node != "learned"):
+        raise HybridschedError("--fade-scan scans the learned joint policy: not with --weights or --node cem/eft")
     run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
     wd = run.workload_dir
     train, test, nodes = W.read_split(wd, "train"), W.read_split(wd, "test"), W.read_nodes(wd)
@@ -121,16 +159,21 @@ def main(argv: list[str] | None = None) -> None:
     cluster = W.build_cluster(nodes, run.cfg["nodes"], run.cfg["cluster"])
     args.out.mkdir(parents=True, exist_ok=True)
 
-    if args.weights is not None:
-        doc = json.loads(args.weights.read_text())
-        weights = doc["weights"]
-        args.node = doc.get("node_policy", "cem")  # files written before the joint policy: cem's nodes
-    else:
+    s = None
+    if args.weights is None:
         s = QueueTrainSettings(windows=args.windows, min_pods=args.min_pods, max_pods=args.max_pods_window,
                                eval_windows=args.eval_windows, min_load=args.min_load, max_load=args.max_load,
                                strata=args.strata, select=args.select, joint=args.node == "learned",
                                node_search=args.node_search, calibrate=args.calibrate, wait_share=args.wait_share,
                                wait_curve=tuple(args.wait_curve), min_fade=args.min_fade)
+    if fades is not None:
+        run_scan(args, run, train, cluster, s, fades)
+        return
+    if args.weights is not None:
+        doc = json.loads(args.weights.read_text())
+        weights = doc["weights"]
+        args.node = doc.get("node_policy", "cem")  # files written before the joint policy: cem's nodes
+    else:
         cem = CEMSettings(generations=args.generations, population=args.population, antithetic=True, seed=args.seed)
         fixed = None if s.joint else _policy(run, args.node, train)
         start = None
@@ -190,6 +233,30 @@ def main(argv: list[str] | None = None) -> None:
     print(f"saved {args.out / 'cluster_queue.md'} and cluster_queue.png")
 
 
+def run_scan(args: argparse.Namespace, run, train, cluster, s, fades: tuple[float, ...]) -> None:
+    """``--fade-scan``: ``queue_train.fade_scan`` from ``cem``'s node weights (``--node-start eft``:
+    zeros) on the training split; the table and the pick's ``learned_order.json`` under ``--out``."""
+    from hybridsched.kinds.cluster.queue_policy import NODE_KEYS
+    from hybridsched.kinds.cluster.queue_train import fade_scan
+
+    start = _policy(run, "cem", train).theta[:len(NODE_KEYS)] if args.node_start == "cem" else np.zeros(len(NODE_KEYS))
+    _, rows, metrics = fade_scan(train, cluster, start, fades, s, seed=args.seed)
+    doc = {"node_policy": "learned", "node_start": args.node_start, "backfill": s.backfill,
+           "weights": metrics.pop("weights"), "train": metrics, "history": []}
+    write_scan(args.out, scan_table(rows, s, metrics["selected_candidate"]), doc)
+
+
+def write_scan(out: Path, table: pd.DataFrame, doc: dict) -> None:
+    """The fade scan's outputs under ``out``: ``fade_scan.csv`` / ``.md`` and the pick's
+    ``learned_order.json`` (what ``--weights`` reads)."""
+    table.to_csv(out / "fade_scan.csv", index=False)
+    (out / "fade_scan.md").write_text(table.to_markdown(index=False) + "\n")
+    (out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    print(table.to_string(index=False))
+    print(f"pick: {doc['train']['selected_candidate']}; saved {out / 'fade_scan.md'} and learned_order.json",
+          flush=True)
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     """Mean JCT and mean JCT / eft's against the load, one line per policy."""
     from hybridsched.plots import _pyplot
@@ -217,4 +284,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except HybridschedError as e:  # bad settings: one line, exit 1 (as the stages)
+        raise SystemExit(f"error: {e}") from None

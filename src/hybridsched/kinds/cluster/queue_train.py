@@ -171,6 +171,14 @@ def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFini
     return [per[j % s.strata][j // s.strata] for j in range(n)]
 
 
+def eval_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
+                   seed: int) -> tuple[list[Scenario], list[Scenario]]:
+    """The pick's ``eval_windows`` selection windows and as many check windows of the search
+    seeded ``seed`` (seeds no generation uses): :func:`train_order`'s and :func:`fade_scan`'s."""
+    return (draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, seed * 7919 + SELECT_SEED),
+            draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, seed * 7919 + 2 * SELECT_SEED))
+
+
 def make_policy(theta: np.ndarray, node_policy, train_pods: PodTable | None) -> tuple[LearnedOrder, Any]:
     """The order and node policy of ``theta``: a joint vector (``queue_policy.JOINT_FEATURES``,
     the node policy built and fitted here) or an order vector with the given fitted node policy."""
@@ -264,12 +272,11 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
                                "last_mean_cost": result.history[-1]["mean_cost"]}
     theta = candidates[-1]
     if s.eval_windows:
-        select = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + SELECT_SEED)
+        select, check = eval_scenarios(train_pods, cluster, eft, s, cem.seed)
         per = [window_costs(th, select, cluster, node_policy, s.backfill, train_pods) for th in candidates]
         costs = [select_cost(c, s) for c in per]
         pick = int(np.argmin(costs))  # ties: the earlier generation
         theta = candidates[pick]
-        check = draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, cem.seed * 7919 + 2 * SELECT_SEED)
         check_costs = window_costs(theta, check, cluster, node_policy, s.backfill, train_pods)
         metrics.update({"selected_generation": pick, "selection_cost": costs[pick],
                         "selection_cost_start": costs[0], "selection_cost_eft": costs[-1] if np.any(theta0) else costs[0],
@@ -282,3 +289,57 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
             metrics.update({"selection_strata": stratum_costs(per[pick], s), "check_strata": stratum_costs(check_costs, s)})
     metrics["weights"] = {f: round(float(v), 6) for f, v in zip(names, theta, strict=True)}
     return np.array([metrics["weights"][f] for f in names]), result.history, metrics
+
+
+def start_vector(node_start: np.ndarray, fade: float) -> np.ndarray:
+    """The joint vector (layout ``JOINT_FEATURES``) of the all-zero order (``sjf``), the node
+    weights ``node_start`` and the backlog ``fade``: :func:`train_order`'s start with that fade."""
+    theta = np.zeros(len(JOINT_FEATURES))
+    theta[len(FEATURES):len(FEATURES) + len(NODE_KEYS)] = np.asarray(node_start, dtype=np.float64)
+    theta[-1] = fade
+    return theta
+
+
+def score_candidate(theta: np.ndarray, select: list[Scenario], check: list[Scenario], cluster: NodeCluster,
+                    s: QueueTrainSettings, train_pods: PodTable) -> dict[str, Any]:
+    """One joint vector's costs on the selection and the check windows: per stratum, the
+    selection rule's cost (``select_cost``) and the mean, as :func:`train_order`'s pick and check."""
+    sel = window_costs(theta, select, cluster, None, s.backfill, train_pods)
+    chk = window_costs(theta, check, cluster, None, s.backfill, train_pods)
+    return {"selection_strata": stratum_costs(sel, s), "selection_cost": select_cost(sel, s),
+            "selection_mean": float(np.mean(sel)), "check_strata": stratum_costs(chk, s),
+            "check_cost": select_cost(chk, s), "check_mean": float(np.mean(chk)),
+            "check_window_costs": [round(float(c), 4) for c in chk]}
+
+
+def fade_scan(train_pods: PodTable, cluster: NodeCluster, node_start: np.ndarray, fades: tuple[float, ...],
+              s: QueueTrainSettings, seed: int = 0) -> tuple[np.ndarray, list[dict[str, Any]], dict[str, Any]]:
+    """No training: :func:`start_vector` with each of ``fades``, and ``eft`` itself (all zeros,
+    the last candidate: ties go to a fade), scored on :func:`train_order`'s selection and check
+    windows of ``seed``; the pick is the lowest selection cost (with ``select: worst``, the worst
+    stratum's), as :func:`train_order`'s.  ``(theta, rows, metrics)``: the pick, one row per
+    candidate, and the record for ``learned_order.json``.  The test split is never read."""
+    if not s.eval_windows:
+        raise HybridschedError("fade scan: eval_windows must be at least 1 (the pick needs selection windows)")
+    eft = EarliestFinishTime()
+    eft.fit(train_pods)
+    select, check = eval_scenarios(train_pods, cluster, eft, s, seed)
+    # rounded as learned_order.json records weights, so the file's vector is the one scored here
+    cands = [(f"fade {f:g}", float(f), np.round(start_vector(node_start, f), 6)) for f in fades]
+    cands.append(("eft", None, np.zeros(len(JOINT_FEATURES))))
+    rows = [{"candidate": name, "fade": fade, **score_candidate(th, select, check, cluster, s, train_pods)}
+            for name, fade, th in cands]
+    pick = int(np.argmin([r["selection_cost"] for r in rows]))  # ties: the earlier candidate
+    settings = asdict(s)
+    if s.calibrate != "wait_curve":
+        settings.pop("wait_curve")
+    metrics: dict[str, Any] = {
+        "settings": {**settings, "seed": seed, "fades": [float(f) for f in fades]},
+        "selected_candidate": rows[pick]["candidate"], "selection_cost": rows[pick]["selection_cost"],
+        "selection_strata": rows[pick]["selection_strata"], "check_strata": rows[pick]["check_strata"],
+        "check_select_cost": rows[pick]["check_cost"], "check_cost": rows[pick]["check_mean"],
+        "check_loads": [round(sc.load, 4) for sc in check], "check_rates": [round(sc.rate, 4) for sc in check],
+        "scan": rows}
+    theta = cands[pick][2]
+    metrics["weights"] = {f: float(v) for f, v in zip(JOINT_FEATURES, theta, strict=True)}
+    return theta, rows, metrics
