@@ -35,18 +35,9 @@ def test_documented_fade_scan_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     """The documented scan, shrunk: the fixture workload and its tiny cem model, 4 selection and
     4 check windows of 20-40 pods (a two-point wait curve), fades 0, 1 and 30."""
     from benchmarks.cluster_queue import main
-    from hybridsched.kinds import get_kind
-    from tests.cluster.test_cem import TINY
-    from tests.cluster.test_stages_e2e import DATA
-    from tests.runs import compose_run, outputs_in
+    from tests.cluster.test_queue_mode import fixture_with_tiny_cem
 
-    ov = ["workload=alibaba_gpu_2023", f"workload.path={DATA / 'pods.csv'}", f"workload.nodes.path={DATA / 'nodes.csv'}",
-          "workload.nodes.sample=null", "workload.time_compression=1.0", f"nodes.gavel_path={DATA / 'gavel.json'}",
-          *outputs_in(tmp_path), *TINY]
-    run = compose_run(*ov)
-    kind = get_kind(run.kind)
-    kind.generate(run)
-    kind.train_cem(run)
+    ov = fixture_with_tiny_cem(tmp_path)
     outs = []
     for d in ("a", "b"):
         main(["--out", str(tmp_path / d), "--fade-scan", "0,1,30", *SHRUNK, "--", *ov])

@@ -278,10 +278,9 @@ def test_wait_curve_matches_each_load_on_its_share_and_grows_with_the_load():
     QueueTrainSettings(calibrate="wait_curve", min_load=0.75, max_load=1.75)  # the default curve's range
 
 
-def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
-    """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
-    model, two generations of four; the outputs of two runs are byte-identical."""
-    from benchmarks.cluster_queue import main
+def fixture_with_tiny_cem(tmp_path) -> list[str]:
+    """The Hydra overrides of the fixture workload with outputs in ``tmp_path``, after its
+    ``generate`` and a tiny ``train_cem`` there (what benchmarks.cluster_queue reads)."""
     from hybridsched.kinds import get_kind
     from tests.cluster.test_cem import TINY
     from tests.cluster.test_stages_e2e import DATA
@@ -294,6 +293,15 @@ def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     kind = get_kind(run.kind)
     kind.generate(run)
     kind.train_cem(run)
+    return ov
+
+
+def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
+    """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
+    model, two generations of four; the outputs of two runs are byte-identical."""
+    from benchmarks.cluster_queue import main
+
+    ov = fixture_with_tiny_cem(tmp_path)
     outs = []
     for d in ("a", "b"):
         main(["--out", str(tmp_path / d), "--rates", "1", "2", "--generations", "2", "--population", "4",

@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.classic import Greedy, Random, RoundRobin
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
+from tests.conftest import small_workload
+
+# random small workloads for the engines' hypothesis tests: noise, DAGs, tasks too big for one
+# GPU, priorities, 1-3 GPUs
+CASES = st.fixed_dictionaries({
+    "n": st.integers(1, 40),
+    "n_gpus": st.integers(1, 3),
+    "sigma": st.sampled_from([0.0, 0.3]),
+    "dag": st.sampled_from([0, 4, 9]),
+    "rate": st.floats(0.2, 30.0),
+    "mem_hi": st.sampled_from([4000.0, 20000.0]),
+    "priorities": st.sampled_from([1, 3]),
+    "seed": st.integers(0, 10_000),
+})
+
+
+def setup_case(c):
+    """The cluster, tasks and noise of one case of ``CASES``."""
+    cluster = Cluster(n_gpus=c["n_gpus"], noise_sigma=c["sigma"], gpu_mem_mb=8000.0)
+    tasks = small_workload(c["n"], c["seed"], rate=c["rate"], dag_job_size=c["dag"], dag_max_parents=3,
+                           memory_range=(50.0, c["mem_hi"]), priority_levels=c["priorities"])
+    return cluster, tasks, cluster.sample_noise(c["n"], np.random.default_rng(c["seed"]))
 
 
 def classic_policies():

@@ -24,18 +24,10 @@ from hybridsched.kinds.machine.policies.late_scorer import CEMLate
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
 from tests.conftest import small_workload
+from tests.machine.sim_helpers import CASES as cases
 from tests.machine.sim_helpers import parents_of
+from tests.machine.sim_helpers import setup_case as _setup
 
-cases = st.fixed_dictionaries({
-    "n": st.integers(1, 40),
-    "n_gpus": st.integers(1, 3),
-    "sigma": st.sampled_from([0.0, 0.3]),
-    "dag": st.sampled_from([0, 4, 9]),
-    "rate": st.floats(0.2, 30.0),
-    "mem_hi": st.sampled_from([4000.0, 20000.0]),
-    "priorities": st.sampled_from([1, 3]),
-    "seed": st.integers(0, 10_000),
-})
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -55,13 +47,6 @@ def late_policies():
             # reserved parts shortest first (late_engine._shortest_first)
             EFTLate(reserved_order="spt"), HEFTLate(reserved_order="spt", queue_slack=1.0),
             PGLate(model={"hidden": 6, "weights": rnd.tolist(), "queue_slack": 0.5})]
-
-
-def _setup(c):
-    cluster = Cluster(n_gpus=c["n_gpus"], noise_sigma=c["sigma"], gpu_mem_mb=8000.0)
-    tasks = small_workload(c["n"], c["seed"], rate=c["rate"], dag_job_size=c["dag"], dag_max_parents=3,
-                           memory_range=(50.0, c["mem_hi"]), priority_levels=c["priorities"])
-    return cluster, tasks, cluster.sample_noise(c["n"], np.random.default_rng(c["seed"]))
 
 
 @SETTINGS
