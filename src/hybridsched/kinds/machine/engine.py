@@ -226,6 +226,26 @@ _run_learning = njit(nogil=True)(_loop)
 _COUNTING: dict = {}
 
 
+def dependency_arrays(tasks: TaskTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The loops' view of the DAG: the roots in arrival order, the children's CSR lists and
+    each task's parent count (independent tasks: every row a root, no lists to build)."""
+    n = len(tasks)
+    if not tasks.has_deps:
+        return np.arange(n, dtype=np.int64), np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), \
+            np.zeros(0, dtype=np.int64)
+    n_parents = np.diff(tasks.parent_ptr)
+    child_ptr, child_idx = tasks.children_csr()
+    return np.flatnonzero(n_parents == 0).astype(np.int64), child_ptr, child_idx, n_parents.astype(np.int64)
+
+
+def output_arrays(n: int) -> dict[str, np.ndarray]:
+    """The per-task output columns of ``_loop`` and ``_run_ordered``, allocated empty: the loop
+    writes every row when it decides the row, so there is no fill pass over 9 arrays of n."""
+    e = np.empty
+    return dict(gpu=e(n, dtype=np.int64), frac=e(n), cs=e(n), ce=e(n), gs=e(n), ge=e(n), gmem=e(n), end=e(n),
+                energy=e(n))
+
+
 class Session:
     """One policy's run over one task table, advanced in resumable steps.
 
@@ -258,20 +278,8 @@ class Session:
         self._loop = (_run_learning if self._inline else _run) if use_compiled else _loop
         if self._loop is _run and self._decide in _COUNTING:  # a kernel that allocates (see step)
             self._decide, self._loop = _COUNTING[self._decide], _run_learning
-        if tasks.has_deps:
-            n_parents = np.diff(tasks.parent_ptr)
-            self._root_order = np.flatnonzero(n_parents == 0).astype(np.int64)  # rows are sorted by arrival
-            self._child_ptr, self._child_idx = tasks.children_csr()
-            self._pending = n_parents.astype(np.int64)
-        else:  # independent tasks: every row is a root, no child lists to build
-            self._root_order = np.arange(n, dtype=np.int64)
-            self._child_ptr, self._child_idx = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-            self._pending = np.zeros(0, dtype=np.int64)
-        # The loop writes every row of these when it decides the row (rows not decided yet hold
-        # garbage): no fill pass over 9 arrays of n.
-        e = np.empty
-        self.out = dict(gpu=e(n, dtype=np.int64), frac=e(n), cs=e(n), ce=e(n), gs=e(n), ge=e(n), gmem=e(n), end=e(n),
-                        energy=e(n))
+        self._root_order, self._child_ptr, self._child_idx, self._pending = dependency_arrays(tasks)
+        self.out = output_arrays(n)
         self.true_free = np.zeros(cluster.n_devices) if free_at is None else np.array(free_at, dtype=np.float64)
         self.est = self.true_free.copy() if believed_free is None else np.array(believed_free, dtype=np.float64)
         self.ready = np.array(tasks.arrival, dtype=np.float64)  # a copy: the loop moves children's ready times

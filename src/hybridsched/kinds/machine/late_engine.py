@@ -58,6 +58,46 @@ def _start(i, part, d, t, dur, noise, watts, cs, ce, gs, ge, energy, running, ru
     return heap_push(dh_t, dh_i, dn, t + real, 2 * i + part)
 
 
+@njit
+def next_event(t_root, rh_t, rn, dh_t, dn):
+    """The earliest of the next root arrival ``t_root`` (inf: none left), the earliest released
+    child and the earliest part completion."""
+    t = t_root
+    if rn > 0 and rh_t[0] < t:
+        t = rh_t[0]
+    if dn > 0 and dh_t[0] < t:
+        t = dh_t[0]
+    return t
+
+
+@njit
+def complete_parts(t, dh_t, dh_i, dn, running, gpu, frac, ce, ge, end, parts_left, child_ptr, child_idx, ready,
+                   pending, rh_t, rh_i, rn):
+    """Every part completion at or before ``t``: free its device, end a task whose parts are all
+    done and release its children whose parents all ended (into the ready heap).  Returns the
+    heaps' new sizes and the number of tasks ended."""
+    ended = 0
+    while dn > 0 and dh_t[0] <= t:
+        item = dh_i[0]
+        dn = heap_pop(dh_t, dh_i, dn)
+        i = item >> 1
+        running[0 if (item & 1) == 0 else gpu[i] + 1] = -1
+        parts_left[i] -= 1
+        if parts_left[i] == 0:
+            e = ce[i] if frac[i] < 1.0 else ge[i]
+            if frac[i] > 0.0 and frac[i] < 1.0:
+                e = max(ce[i], ge[i])
+            end[i] = e
+            ended += 1
+            for q in range(child_ptr[i], child_ptr[i + 1]):
+                c = child_idx[q]
+                ready[c] = max(ready[c], e)
+                pending[c] -= 1
+                if pending[c] == 0:
+                    rn = heap_push(rh_t, rh_i, rn, ready[c], c)
+    return dn, rn, ended
+
+
 RESERVED = ("fifo", "spt")  # a policy's reserved_order -> the loop's ``reserved`` code
 
 
@@ -107,35 +147,13 @@ def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w
     nxt = 0
     done = 0
     while done < n:
-        t = np.inf
-        if nxt < n_roots:
-            t = arrival[root_order[nxt]]
-        if rn > 0 and rh_t[0] < t:
-            t = rh_t[0]
-        if dn > 0 and dh_t[0] < t:
-            t = dh_t[0]
+        t = next_event(arrival[root_order[nxt]] if nxt < n_roots else np.inf, rh_t, rn, dh_t, dn)
         if t == np.inf:
             raise RuntimeError("late dispatch: the policy waited while every device was idle and no event was pending")
         # 1. completions at t free their devices and may end tasks (and release children)
-        while dn > 0 and dh_t[0] <= t:
-            item = dh_i[0]
-            dn = heap_pop(dh_t, dh_i, dn)
-            i = item >> 1
-            d = 0 if (item & 1) == 0 else gpu[i] + 1
-            running[d] = -1
-            parts_left[i] -= 1
-            if parts_left[i] == 0:
-                e = ce[i] if frac[i] < 1.0 else ge[i]
-                if frac[i] > 0.0 and frac[i] < 1.0:
-                    e = max(ce[i], ge[i])
-                end[i] = e
-                done += 1
-                for q in range(child_ptr[i], child_ptr[i + 1]):
-                    c = child_idx[q]
-                    ready[c] = max(ready[c], e)
-                    pending[c] -= 1
-                    if pending[c] == 0:
-                        rn = heap_push(rh_t, rh_i, rn, ready[c], c)
+        dn, rn, ended = complete_parts(t, dh_t, dh_i, dn, running, gpu, frac, ce, ge, end, parts_left, child_ptr,
+                                       child_idx, ready, pending, rh_t, rh_i, rn)
+        done += ended
         # 2. tasks ready by t join the pool (roots in arrival order, then released children)
         while nxt < n_roots and arrival[root_order[nxt]] <= t:
             pool[n_pool] = root_order[nxt]

@@ -29,7 +29,9 @@ from numba import njit
 
 from hybridsched.devices import Cluster, Realization
 from hybridsched.heap import heap_pop, heap_push
-from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, MEMORY, Trace, _decider, task_matrix
+from hybridsched.kinds.machine.engine import (CPU_S, GPU_S, MAX_F, MEMORY, Trace, _decider, dependency_arrays,
+                                              output_arrays, task_matrix)
+from hybridsched.kinds.machine.late_engine import complete_parts, next_event
 from hybridsched.kinds.machine.workload import TaskTable
 
 ORDERS = ("fifo", "spt", "wspt")
@@ -78,35 +80,13 @@ def _run_ordered(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, 
     seq = 0
     done = 0
     while done < n:
-        t = np.inf
-        if nxt < n_roots:
-            t = arrival[root_order[nxt]]
-        if rn > 0 and rh_t[0] < t:
-            t = rh_t[0]
-        if dn > 0 and dh_t[0] < t:
-            t = dh_t[0]
+        t = next_event(arrival[root_order[nxt]] if nxt < n_roots else np.inf, rh_t, rn, dh_t, dn)
         if t == np.inf:
             raise RuntimeError("ordered queues: no event is pending but tasks are unfinished")
         # 1. completions at t free their devices and may end tasks (and release children)
-        while dn > 0 and dh_t[0] <= t:
-            item = dh_i[0]
-            dn = heap_pop(dh_t, dh_i, dn)
-            i = item >> 1
-            running[0 if (item & 1) == 0 else gpu[i] + 1] = -1
-            parts_left[i] -= 1
-            if parts_left[i] == 0:
-                e = ce[i] if frac[i] < 1.0 else ge[i]
-                if frac[i] > 0.0 and frac[i] < 1.0:
-                    e = max(ce[i], ge[i])
-                end[i] = e
-                done += 1
-                for q in range(child_ptr[i], child_ptr[i + 1]):
-                    c = child_idx[q]
-                    if e > ready[c]:
-                        ready[c] = e
-                    pending[c] -= 1
-                    if pending[c] == 0:
-                        rn = heap_push(rh_t, rh_i, rn, ready[c], c)
+        dn, rn, ended = complete_parts(t, dh_t, dh_i, dn, running, gpu, frac, ce, ge, end, parts_left, child_ptr,
+                                       child_idx, ready, pending, rh_t, rh_i, rn)
+        done += ended
         # 2. tasks ready by t are placed in the arrival engine's order (by ready time, roots first on ties)
         while True:
             root_ok = nxt < n_roots and arrival[root_order[nxt]] <= t
@@ -174,17 +154,13 @@ def simulate_ordered(tasks: TaskTable, cluster: Cluster, policy, realization: Re
         placement.reveal(realization)
     decide, use_compiled = _decider(placement, compiled)
     pdata, params = placement.kernel_data()
-    n_parents = np.diff(tasks.parent_ptr)
-    root_order = np.flatnonzero(n_parents == 0).astype(np.int64)  # rows are sorted by arrival
-    child_ptr, child_idx = tasks.children_csr()
+    root_order, child_ptr, child_idx, pending = dependency_arrays(tasks)
     ready = tasks.arrival.astype(np.float64).copy()
-    e = np.empty
-    out = dict(gpu=e(n, dtype=np.int64), frac=e(n), cs=e(n), ce=e(n), gs=e(n), ge=e(n), gmem=e(n), end=e(n),
-               energy=e(n))
+    out = output_arrays(n)
     loop = _run_ordered if use_compiled else _run_ordered.py_func
     done = loop(decide, X, pdata, params, tasks.arrival, realization.cpu_factor, realization.gpu_factor,
                 cluster.launch_s, cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, ORDERS.index(order),
-                tasks.priority.astype(np.float64), root_order, child_ptr, child_idx, n_parents.astype(np.int64), ready,
+                tasks.priority.astype(np.float64), root_order, child_ptr, child_idx, pending, ready,
                 *out.values())
     if done != n:
         raise RuntimeError(f"ordered engine finished {done} of {n} tasks")  # unreachable for acyclic input
