@@ -7,28 +7,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridsched.kinds.machine.bounds import lower_bound
-from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.eft import EarliestFinishTime, Oracle
-from tests.conftest import small_workload
-from tests.machine.sim_helpers import classic_policies, parents_of, run
+from tests.machine.sim_helpers import CASES as cases
+from tests.machine.sim_helpers import classic_policies, parents_of, run, setup_case
 
-cases = st.fixed_dictionaries({
-    "n": st.integers(1, 40),
-    "n_gpus": st.integers(1, 3),
-    "sigma": st.sampled_from([0.0, 0.3]),
-    "dag": st.sampled_from([0, 4, 9]),
-    "rate": st.floats(0.2, 30.0),
-    "mem_hi": st.sampled_from([4000.0, 20000.0]),
-    "seed": st.integers(0, 10_000),
-})
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _setup(c):
-    cluster = Cluster(n_gpus=c["n_gpus"], noise_sigma=c["sigma"], gpu_mem_mb=8000.0)
-    tasks = small_workload(c["n"], c["seed"], rate=c["rate"], dag_job_size=c["dag"], dag_max_parents=3,
-                           memory_range=(50.0, c["mem_hi"]))
+    cluster, tasks, _ = setup_case(c)
     return cluster, tasks
 
 
