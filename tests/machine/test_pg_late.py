@@ -80,10 +80,10 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
 
     main("--train-pg", str(tmp_path / "m"), "--pg-set",
          "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0,"
-         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,queue_slack=2.0", "--out", str(tmp_path / "o"))
+         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,reserved_order=spt", "--out", str(tmp_path / "o"))
     model = json.loads((tmp_path / "m" / "model.json").read_text())
     assert model["hidden"] == 3 and model["option_b"] == TUNED_B and model["option_c"]["beta_cpu"] == 1.0
-    assert model["queue_slack"] == 2.0
+    assert model["reserved_order"] == "spt" and "queue_slack" not in model
     assert (tmp_path / "o" / "train_pg_late.json").is_file()
     with pytest.raises(SystemExit, match="unknown LatePGSettings key"):
         main("--train-pg", str(tmp_path / "m2"), "--pg-set", "iters=1", "--out", str(tmp_path / "o"))
