@@ -80,10 +80,10 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
 
     main("--train-pg", str(tmp_path / "m"), "--pg-set",
          "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0,"
-         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,queue_slack=2.0", "--out", str(tmp_path / "o"))
+         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,reserved_order=spt", "--out", str(tmp_path / "o"))
     model = json.loads((tmp_path / "m" / "model.json").read_text())
     assert model["hidden"] == 3 and model["option_b"] == TUNED_B and model["option_c"]["beta_cpu"] == 1.0
-    assert model["queue_slack"] == 2.0
+    assert model["reserved_order"] == "spt" and "queue_slack" not in model
     assert (tmp_path / "o" / "train_pg_late.json").is_file()
     with pytest.raises(SystemExit, match="unknown LatePGSettings key"):
         main("--train-pg", str(tmp_path / "m2"), "--pg-set", "iters=1", "--out", str(tmp_path / "o"))
@@ -190,3 +190,31 @@ def test_training_writes_option_c_when_asked(tmp_path):
     train(s, MachineCEMSettings(tasks=80), Cluster(n_gpus=2), tmp_path, log=lambda *_: None)
     model = json.loads((tmp_path / "model.json").read_text())
     assert model["option_b"] == TUNED_B and model["option_c"] == {"beta_cpu": 1.0, "beta_gpu": 1.0, "backlog_s": 0.0}
+
+
+def test_reserved_order_is_a_model_setting():
+    # the untrained network is plain late EFT under either engine rule for reserved parts
+    cluster = Cluster(n_gpus=2)
+    tasks = small_workload(300, seed=6, rate=8.0, memory_range=(2000.0, 16000.0))
+    zero = {"hidden": 3, "weights": [0.0] * n_weights(3)}
+    for order in ("fifo", "spt"):
+        ref = run(tasks, cluster, EFTLate(reserved_order=order))
+        got = run(tasks, cluster, PGLate(model={**zero, "reserved_order": order}))
+        np.testing.assert_array_equal(got["end"].to_numpy(), ref["end"].to_numpy())
+    assert not np.array_equal(run(tasks, cluster, EFTLate(reserved_order="spt"))["end"].to_numpy(),
+                              run(tasks, cluster, EFTLate())["end"].to_numpy())
+    with pytest.raises(HybridschedError, match="pg_late model: reserved_order must be one of"):
+        run(tasks, cluster, PGLate(model={**zero, "reserved_order": "lifo"}))
+
+
+def test_training_writes_reserved_order_only_when_not_fifo(tmp_path):
+    base = dict(iterations=1, episodes=1, rollouts=2, tasks=80, steps=1, hidden=3, selection_draws=1, validation_draws=0)
+    for order, d in (("spt", tmp_path / "a"), ("fifo", tmp_path / "b")):
+        train(LatePGSettings(**base, reserved_order=order), MachineCEMSettings(tasks=80), Cluster(n_gpus=2), d,
+              log=lambda *_: None)
+    assert json.loads((tmp_path / "a" / "model.json").read_text())["reserved_order"] == "spt"
+    assert json.loads((tmp_path / "a" / "train_pg_late.json").read_text())["settings"]["reserved_order"] == "spt"
+    assert "reserved_order" not in json.loads((tmp_path / "b" / "model.json").read_text())
+    assert "reserved_order" not in json.loads((tmp_path / "b" / "train_pg_late.json").read_text())["settings"]
+    with pytest.raises(HybridschedError, match="pg_late training: reserved_order must be one of"):
+        LatePGSettings(reserved_order="lifo")

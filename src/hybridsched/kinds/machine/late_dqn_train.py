@@ -104,12 +104,14 @@ def q_numpy(feat: np.ndarray, w: np.ndarray, hidden: int) -> np.ndarray:
 def record_run(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, grid: np.ndarray,
                choose: Callable[[np.ndarray], int], option_b: dict[str, float] | None = None,
                option_c: dict[str, float] | None = None,
-               queue_slack: float = np.inf) -> tuple[list[np.ndarray], list[int], np.ndarray, Any, float]:
+               queue_slack: float = np.inf,
+               reserved_order: str = "fifo") -> tuple[list[np.ndarray], list[int], np.ndarray, Any, float]:
     """One run of the late engine's Python path recording each decision: the candidates'
     features, the index ``choose(features)`` picked and the time; also the engine's outputs
     and the draw's mean best-alone time ``m``. Shared by the DQN and policy-gradient trainers;
     ``option_b`` / ``option_c``: split options B's and C's work charges (``late_dqn.OPTION_B``,
-    and no option C, if None); ``queue_slack``: the split hold (``late.start_device``)."""
+    and no option C, if None); ``queue_slack``: the split hold (``late.start_device``);
+    ``reserved_order``: the engine's order of reserved parts (``late_engine.RESERVED``)."""
     X = task_matrix(tasks, cluster)
     pdata = pdata_of(tasks, cluster, X)
     params = head_params(cluster, hidden, weights, grid, option_b, option_c, queue_slack)
@@ -129,7 +131,7 @@ def record_run(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, 
         times.append(float(t))
         return int(ck[a]), int(cd[a]), float(cf[a]), g
 
-    _, _, out = run_loop(_run_late.py_func, pick, X, pdata, params, tasks, cluster, real)
+    _, _, out = run_loop(_run_late.py_func, pick, X, pdata, params, tasks, cluster, real, reserved_order)
     return feats, acts, np.asarray(times), out, float(np.mean(pdata[:, 0]))
 
 

@@ -38,6 +38,7 @@ from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.io import write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
+from hybridsched.kinds.machine.late_engine import RESERVED
 from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, deterministic_torch, q_numpy, record_run, score
 from hybridsched.kinds.machine.policies.base import fraction_grid
 from hybridsched.kinds.machine.policies.late_dqn import MODEL_FILE, N_FEAT, OPTION_B
@@ -75,10 +76,16 @@ class LatePGSettings:
     c_backlog_s: float = 0.0
     # the split hold (late.start_device): inf = none; written to the model file when finite
     queue_slack: float = np.inf
+    # the late engine's order of reserved parts (late_engine.RESERVED); written to the model file
+    # when not fifo
+    reserved_order: str = "fifo"
 
     def __post_init__(self) -> None:
         if not self.queue_slack >= 0:  # refused before any training (NaN too)
             raise HybridschedError(f"pg_late training: queue_slack must be >= 0 (inf: no hold), got {self.queue_slack}")
+        if self.reserved_order not in RESERVED:
+            raise HybridschedError(f"pg_late training: reserved_order must be one of {list(RESERVED)}, "
+                                   f"got {self.reserved_order!r}")
 
     def option_b(self) -> dict[str, float]:
         """Option B's charge as the model file's ``option_b``."""
@@ -125,8 +132,8 @@ def discounted_load(arrival: np.ndarray, end: np.ndarray, at: np.ndarray, T: flo
 
 def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, tau: float,
                 rng: np.random.Generator, grid: np.ndarray, option_b: dict[str, float] | None = None,
-                option_c: dict[str, float] | None = None,
-                queue_slack: float = np.inf) -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
+                option_c: dict[str, float] | None = None, queue_slack: float = np.inf,
+                reserved_order: str = "fifo") -> tuple[list[np.ndarray], list[int], np.ndarray, np.ndarray, float]:
     """One sampled run: per decision the candidates' features, the sampled index (softmax of the
     scores at temperature ``tau``), the decision times, the tasks' end times and the draw's mean
     best-alone time ``m``."""
@@ -140,7 +147,7 @@ def run_rollout(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int,
         return min(a, c - 1)
 
     feats, acts, times, out, m = record_run(tasks, cluster, real, weights, hidden, grid, choose, option_b, option_c,
-                                               queue_slack)
+                                            queue_slack, reserved_order)
     return feats, acts, times, out["end"], m
 
 
@@ -182,6 +189,8 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
         extra["option_c"] = s.option_c()
     if np.isfinite(s.queue_slack):
         extra["queue_slack"] = s.queue_slack
+    if s.reserved_order != "fifo":
+        extra["reserved_order"] = s.reserved_order
 
     def model_now() -> dict[str, Any]:
         return {"hidden": s.hidden, "weights": _weights_of(net).tolist(), "features": N_FEAT, **extra}
@@ -200,7 +209,7 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
         lat = []
         for _, tasks, real in draw_set(s.seed, _TRAIN_STREAM, it, mix, cluster, s.episodes):
             runs = [run_rollout(tasks, cluster, real, w, s.hidden, s.tau, rng, grid, s.option_b(), s.option_c(),
-                                s.queue_slack)
+                                s.queue_slack, s.reserved_order)
                     for _ in range(s.rollouts)]
             m = runs[0][4]
             T = s.horizon * m if s.horizon > 0 else np.inf
@@ -248,7 +257,9 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     model = best[2]
     valid = score(model, draw_set(s.seed, _VALID_STREAM, 0, eval_mix, cluster, s.validation_draws),
                   cluster) if s.validation_draws else []
-    settings = {k: v for k, v in asdict(s).items() if k != "queue_slack" or np.isfinite(v)}  # JSON has no inf
+    # JSON has no inf; the defaults of the later settings are left out, so earlier reports keep their bytes
+    settings = {k: v for k, v in asdict(s).items()
+                if not (k == "queue_slack" and not np.isfinite(v)) and not (k == "reserved_order" and v == "fifo")}
     report = {"settings": settings, "selected_iteration": best[1], "selection": best[0],
               "validation_mean": float(np.mean(valid)) if valid else None,
               "validation_per_draw": np.round(valid, 3).tolist(), "history": history}

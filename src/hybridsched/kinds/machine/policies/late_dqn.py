@@ -40,6 +40,7 @@ from numba import njit
 
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S
+from hybridsched.kinds.machine.late_engine import RESERVED
 from hybridsched.kinds.machine.policies.late import (
     _ALONE,
     _B_CPU,
@@ -241,6 +242,15 @@ def slack_of(model: dict[str, Any], who: str) -> float:
     return float(v)
 
 
+def reserved_of(model: dict[str, Any], who: str) -> str:
+    """The model's ``reserved_order`` (the late engine's order of reserved parts): ``fifo`` when
+    absent; one line on a bad one."""
+    v = model.get("reserved_order", "fifo")
+    if v not in RESERVED:
+        raise HybridschedError(f"{who}: reserved_order must be one of {list(RESERVED)}, got {v!r}")
+    return v
+
+
 def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray,
                 option_b: dict[str, float] | None = None, option_c: dict[str, float] | None = None,
                 queue_slack: float = np.inf) -> np.ndarray:
@@ -283,6 +293,7 @@ class DQNLate(LateList):
         who = f"{self.name} model"
         self._params = head_params(cluster, hidden, w, self.grid, option_of(self._model, "option_b", who),
                                    option_of(self._model, "option_c", who), slack_of(self._model, who))
+        self.reserved_order = reserved_of(self._model, who)
         self._pdata = pdata_of(tasks, cluster, X)
 
 
