@@ -24,7 +24,7 @@ SHELL := /bin/bash
 # pip's find-links on this machine points at index dirs; its "is ignored" warnings are noise
 PIPFILTER := 2>&1 | { grep -v "is ignored: it is neither" || true; }
 
-.PHONY: repro test test-fast lint docs bench params browser system-deps serve clean-venv
+.PHONY: repro test test-fast lint docs bench params browser system-deps serve clean-venv docs-tables
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0 $(PIPFILTER)
@@ -74,6 +74,11 @@ lint: $(STAMP)
 # the docs as a site under site/ (mkdocs.yml; strict: a broken link or anchor fails)
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
+
+# The docs' tables copied from metrics/ (between `<!-- generated: NAME -->` markers), rebuilt
+# from the metrics of the last `make repro`; tests/test_docs_tables.py fails while one is stale.
+docs-tables: $(STAMP)
+	$(PY) scripts/docs_tables.py
 
 # Every benchmark runs, even after one misses a target (printed MISSED, exit 0) or crashes;
 # non-zero exit only if one crashed. `make bench BENCH_ARGS=--smoke`: tiny sizes, nothing saved.

@@ -257,8 +257,9 @@ def hold_scan(slacks: list[float], overrides: list[str] | None = None) -> dict[s
     s = MachineCEMSettings.from_dict(cfg["cem"]["machine"])
     pols = policies(cfg, "", "", "", "")
     # the bar of the documented scan: the five late heuristics that existed before the hold
-    # (eft_late_hold is what the scan tried; eft_late_spt, reserved parts shortest first, came after)
-    heur = [n for n in LATE if n not in ("eft_late_hold", "eft_late_spt")]
+    # (eft_late_hold is what the scan tried; eft_late_spt and eft_late_rank, reserved parts
+    # shortest first, came after)
+    heur = [n for n in LATE if n not in ("eft_late_hold", "eft_late_spt", "eft_late_rank")]
     rows = []
     for j, (_, tasks, real) in enumerate(draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster,
                                                   s.validation_scenarios)):

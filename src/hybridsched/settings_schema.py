@@ -540,7 +540,7 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.*_late.beta_cpu": NONNEG,
     "policies.machine.*_late.beta_gpu": NONNEG,
     "policies.machine.*_late*.queue_slack": NONNEG,  # the split hold (late.start_device)
-    "policies.machine.*_late*.reserved_order": Choice(("fifo", "spt")),  # the late engine's reserved queues
+    "policies.machine.*_late*.reserved_order": Choice(("fifo", "spt", "rank")),  # the late engine's reserved queues
     "policies.machine.wspt_late.kappa": NONNEG,
     "policies.machine.heft_late.w_rank": NONNEG,
     "policies.machine.heft_late.w_fin": NONNEG,

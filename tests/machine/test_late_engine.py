@@ -46,6 +46,7 @@ def late_policies():
             EFTLate(queue_slack=2.0), WSPTLate(queue_slack=0.0),
             # reserved parts shortest first (late_engine._shortest_first)
             EFTLate(reserved_order="spt"), HEFTLate(reserved_order="spt", queue_slack=1.0),
+            EFTLate(reserved_order="rank"), WSPTLate(reserved_order="rank", queue_slack=2.0),
             PGLate(model={"hidden": 6, "weights": rnd.tolist(), "queue_slack": 0.5})]
 
 
@@ -274,6 +275,34 @@ def test_reserved_parts_run_shortest_first_with_spt_and_in_queue_order_with_fifo
     assert fifo.gpu_start[1] < fifo.gpu_start[2]
     assert spt.gpu_start[2] < spt.gpu_start[1]
     assert spt.gpu_start[2] == pytest.approx(fifo.gpu_start[1])  # the same slot, the shorter part in it
+
+
+def test_rank_runs_the_reserved_part_that_a_chain_waits_behind_first():
+    # as above, but task 1 (the longer GPU part) has a long child: ``rank`` divides its part's
+    # seconds by 1 + that child's best time alone / the mean, so it goes before task 2's
+    cluster = Cluster(n_gpus=1, noise_sigma=0.0, launch_s=0.0)
+    tasks = _table([0.0, 0.0, 0.0, 0.0], [100.0, 400.0, 200.0, 4000.0], [0.0] * 4, [100.0] * 4)
+    tasks = TaskTable(*[getattr(tasks, f) for f in ("task_id", "arrival", "size", "intensity", "memory_mb",
+                                                     "priority", "deadline")],
+                      np.array([0, 0, 0, 0, 1]), np.array([1]))
+    real = cluster.sample_noise(4, np.random.default_rng(0))
+    spt = simulate_late(tasks, cluster, _SplitOnCPU("spt"), real)
+    rank = simulate_late(tasks, cluster, _SplitOnCPU("rank"), real)
+    assert spt.gpu_start[2] < spt.gpu_start[1]
+    assert rank.gpu_start[1] < rank.gpu_start[2]
+
+
+@SETTINGS
+@given(cases)
+def test_without_dependencies_rank_is_spt_trace_for_trace(c):
+    cluster, tasks, real = _setup(c)
+    n = len(tasks)
+    flat = TaskTable(tasks.task_id, tasks.arrival, tasks.size, tasks.intensity, tasks.memory_mb, tasks.priority,
+                     tasks.deadline, np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    for make in (lambda o: EFTLate(reserved_order=o), lambda o: HEFTLate(reserved_order=o, queue_slack=1.0)):
+        a = simulate_late(flat, cluster, make("spt"), real).to_frame()
+        b = simulate_late(flat, cluster, make("rank"), real).to_frame()
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_a_bad_reserved_order_is_one_line():

@@ -12,7 +12,9 @@ needs ``f < 1``; a GPU needs ``f > 0``).  The other part (if ``0 < f < 1``) goes
 device, the CPU or the GPU ``g2`` that ``pick`` names: it starts at once if that device is
 idle, otherwise it joins that device's *reserved* queue, which runs before any pool task
 when the device frees: FIFO among reserved parts, or, with the policy's ``reserved_order``
-``"spt"``, the part of least nominal seconds first (ties: the earlier queued).  So a split task never waits in the pool
+``"spt"``, the part of least nominal seconds first (ties: the earlier queued), or with ``"rank"``
+the least nominal seconds ÷ (1 + the task's upward rank below ÷ the mean best time alone): a part
+that DAG tasks wait behind goes earlier, and without dependencies ``rank`` is ``spt``.  So a split task never waits in the pool
 twice, and no device ever runs two parts at once.
 
 **What a policy sees** (``pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params)
@@ -36,6 +38,7 @@ import numpy as np
 from numba import njit
 
 from hybridsched.devices import Cluster, Realization
+from hybridsched.kinds.machine.bounds import best_alone_seconds
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F, MEMORY, Trace, task_matrix
 from hybridsched.heap import heap_pop, heap_push
 from hybridsched.kinds.machine.workload import TaskTable
@@ -98,18 +101,41 @@ def complete_parts(t, dh_t, dh_i, dn, running, gpu, frac, ce, ge, end, parts_lef
     return dn, rn, ended
 
 
-RESERVED = ("fifo", "spt")  # a policy's reserved_order -> the loop's ``reserved`` code
+RESERVED = ("fifo", "spt", "rank")  # a policy's reserved_order -> the loop's ``reserved`` code
+
+
+def rank_below(tasks: TaskTable, alone: np.ndarray) -> np.ndarray:
+    """Each task's upward rank below it: the longest chain of best-alone seconds among its
+    descendants (HEFT's upward rank without the task itself; 0 without children)."""
+    below = np.zeros(len(tasks))
+    if tasks.has_deps:
+        child_ptr, child_idx = tasks.children_csr()
+        for i in range(len(tasks) - 1, -1, -1):  # children come after their parents in row order
+            kids = child_idx[child_ptr[i]: child_ptr[i + 1]]
+            if len(kids):
+                below[i] = float(np.max(below[kids] + alone[kids]))
+    return below
+
+
+def reserved_weights(tasks: TaskTable, X: np.ndarray, launch_s: float, reserved_order: str) -> np.ndarray:
+    """The divisor of a reserved part's nominal seconds in the ``spt``/``rank`` orders: 1, or
+    1 + rank below ÷ the mean best time alone (``rank``)."""
+    if reserved_order != "rank":
+        return np.ones(len(tasks))
+    alone = best_alone_seconds(X[:, CPU_S], X[:, GPU_S], np.full(len(tasks), launch_s), X[:, MAX_F])
+    return 1.0 + rank_below(tasks, alone) / max(float(alone.mean()), 1e-12)
 
 
 @njit
-def _shortest_first(rq, d, head, tail, frac, X, launch_s):
-    """Move the reserved part of least nominal seconds on device ``d`` to the queue's head,
-    keeping the others in queue order (ties: the earlier queued)."""
+def _shortest_first(rq, d, head, tail, frac, X, launch_s, rweight):
+    """Move the reserved part of least nominal seconds ÷ ``rweight`` on device ``d`` to the
+    queue's head, keeping the others in queue order (ties: the earlier queued)."""
     best_q = head
     best = np.inf
     for q in range(head, tail):
         j = rq[d, q]
         v = (1.0 - frac[j]) * X[j, CPU_S] if d == 0 else launch_s + frac[j] * X[j, GPU_S]
+        v = v / rweight[j]
         if v < best:
             best = v
             best_q = q
@@ -121,7 +147,7 @@ def _shortest_first(rq, d, head, tail, frac, X, launch_s):
 
 @njit(nogil=True)
 def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, gpu_w, n_dev, reserved,
-              root_order, child_ptr, child_idx, pending, ready,
+              rweight, root_order, child_ptr, child_idx, pending, ready,
               gpu, frac, cs, ce, gs, ge, gmem, end, energy):
     """Run every task to completion (module docstring); fills the per-task output arrays."""
     n = X.shape[0]
@@ -166,8 +192,8 @@ def _run_late(pick, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w
         # 3. reserved parts first, then the policy's picks, while a device is idle
         for d in range(n_dev):
             if running[d] < 0 and rq_head[d] < rq_tail[d]:
-                if reserved == 1:
-                    _shortest_first(rq, d, rq_head[d], rq_tail[d], frac, X, launch_s)
+                if reserved > 0:
+                    _shortest_first(rq, d, rq_head[d], rq_tail[d], frac, X, launch_s, rweight)
                 i = rq[d, rq_head[d]]
                 rq_head[d] += 1
                 if d == 0:
@@ -246,7 +272,8 @@ def run_loop(loop, pick, X: np.ndarray, pdata: np.ndarray, params, tasks: TaskTa
     out = dict(gpu=np.full(n, -1, dtype=np.int64), frac=np.zeros(n), cs=nan.copy(), ce=nan.copy(), gs=nan.copy(),
                ge=nan.copy(), gmem=np.zeros(n), end=nan.copy(), energy=np.zeros(n))
     done = loop(pick, X, pdata, params, tasks.arrival, realization.cpu_factor, realization.gpu_factor, cluster.launch_s,
-                cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, RESERVED.index(reserved_order), root_order, child_ptr, child_idx, pending,
+                cluster.cpu_busy_w, cluster.gpu_busy_w, cluster.n_devices, RESERVED.index(reserved_order),
+                reserved_weights(tasks, X, cluster.launch_s, reserved_order), root_order, child_ptr, child_idx, pending,
                 ready, *out.values())
     return int(done), ready, out
 

@@ -47,7 +47,7 @@ from numba import njit
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.bounds import best_alone_seconds
 from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F
-from hybridsched.kinds.machine.late_engine import RESERVED
+from hybridsched.kinds.machine.late_engine import RESERVED, rank_below
 from hybridsched.kinds.machine.policies.base import Policy, fraction_grid
 
 # params layout (then the fraction grid)
@@ -164,13 +164,7 @@ def task_data(tasks, cluster, X, kappa: float) -> np.ndarray:
     alone = best_alone_seconds(X[:, CPU_S], X[:, GPU_S], launch, X[:, MAX_F])
     m = X[:, MAX_F]
     work = np.minimum(X[:, CPU_S], (1.0 - m) * X[:, CPU_S] + m * (X[:, GPU_S] + cluster.launch_s))
-    below = np.zeros(n)
-    if tasks.has_deps:
-        child_ptr, child_idx = tasks.children_csr()
-        for i in range(n - 1, -1, -1):  # children come after their parents in arrival order
-            kids = child_idx[child_ptr[i]: child_ptr[i + 1]]
-            if len(kids):
-                below[i] = float(np.max(below[kids] + alone[kids]))
+    below = rank_below(tasks, alone)
     weight = (1.0 + tasks.priority.astype(np.float64)) * (1.0 + kappa * below / max(float(alone.mean()), 1e-12))
     out = np.empty((n, N_PDATA))
     out[:, _ALONE], out[:, _WORK], out[:, _WEIGHT], out[:, _RANK] = alone, work, weight, below

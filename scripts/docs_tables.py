@@ -1,0 +1,122 @@
+"""The docs' tables that are copies of pipeline outputs, regenerated from ``metrics/``.
+
+A generated table sits between two markers in a docs page::
+
+    <!-- generated: NAME -->
+    | ... the table ... |
+    <!-- end generated -->
+
+``NAME`` is one of ``GENERATORS`` below; each builds its text from the files the ``scenarios``
+stage writes under ``metrics/scenarios/``.  ``make docs-tables`` rewrites every block in
+``docs/``; ``--check`` (used by ``tests/test_docs_tables.py``) changes nothing and exits 1 with
+one line per stale block, so a figure in the docs cannot drift from the run it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+_RATIO = re.compile(r"^(?P<v>.*) \((?P<r>[\d.]+)×\)$")
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def scenarios_wide(metrics: Path) -> str:
+    """Mean latency (s) of every policy per scenario of the target (``table.csv`` without the
+    load sweep's rows), the LP bound first and each row's least latency in bold."""
+    t = pd.read_csv(metrics / "scenarios" / "table.csv")
+    t = t[~t["scenario"].str.startswith("load")]
+    pols = list(dict.fromkeys(t["policy"]))
+    lines = ["| scenario | LP bound (ρ=1) | " + " | ".join(pols) + " |", "|" + "---|" * (len(pols) + 2)]
+    for sc in dict.fromkeys(t["scenario"]):
+        d = t[t["scenario"] == sc].set_index("policy")
+        best = d["mean_latency"].idxmin()
+        cells = [f"**{_num(d.at[p, 'mean_latency'])}**" if p == best else _num(d.at[p, "mean_latency"]) for p in pols]
+        lines.append(f"| {sc} | {_num(d['bound_lp'].iloc[0])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _bold_ratios(table: str) -> str:
+    """Bold the learned columns' ratios ≤ 0.9 (the issue's target) in a summary table."""
+    rows = table.strip().splitlines()
+    learned = [i for i, h in enumerate(rows[0].strip("| ").split(" | ")) if h.endswith(("(arrival)", "(late)"))]
+    out = rows[:2]
+    for row in rows[2:]:
+        cells = row.strip("| ").split(" | ")
+        for i in learned:
+            m = _RATIO.match(cells[i])
+            if m and float(m["r"]) <= 0.9:
+                cells[i] = f"{m['v']} (**{m['r']}×**)"
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def scenarios_summary(metrics: Path) -> str:
+    """The issue's table (``summary.md``'s first table), ratios ≤ 0.9 in bold."""
+    return _bold_ratios((metrics / "scenarios" / "summary.md").read_text().split("\n\n")[0])
+
+
+def load_sweep(metrics: Path, k: int) -> str:
+    """Table ``k`` of ``load_sweep_summary.md``: 0 every policy's mean latency per load, 1 the
+    issue's table."""
+    return (metrics / "scenarios" / "load_sweep_summary.md").read_text().split("\n\n")[k].strip()
+
+
+GENERATORS: dict[str, Callable[[Path], str]] = {
+    "scenarios-wide": scenarios_wide,
+    "scenarios-summary": scenarios_summary,
+    "load-sweep-wide": lambda m: load_sweep(m, 0),
+    "load-sweep-summary": lambda m: load_sweep(m, 1),
+}
+
+
+def refresh(text: str, metrics: Path, where: str) -> tuple[str, list[str]]:
+    """``text`` with every generated block rebuilt, and the names of the blocks that changed."""
+    stale: list[str] = []
+
+    def sub(m: re.Match) -> str:
+        name = m["name"]
+        if name not in GENERATORS:
+            raise SystemExit(f"{where}: unknown generated table {name!r}; known: {sorted(GENERATORS)}")
+        body = GENERATORS[name](metrics) + "\n"
+        if body != m["body"]:
+            stale.append(name)
+        return m.group(1) + body + m.group(4)
+
+    return BLOCK.sub(sub, text), stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite (or with ``--check`` compare) every generated block of ``--docs``' pages."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
+    ap.add_argument("--docs", type=Path, default=ROOT / "docs")
+    ap.add_argument("--metrics", type=Path, default=ROOT / "metrics")
+    a = ap.parse_args(argv)
+    if not (a.metrics / "scenarios" / "table.csv").is_file():
+        print(f"--metrics: no scenarios/table.csv under {a.metrics} (run `make repro`)", file=sys.stderr)
+        return 2
+    bad = 0
+    for page in sorted(a.docs.rglob("*.md")):
+        text = page.read_text()
+        new, stale = refresh(text, a.metrics, str(page))
+        for name in stale:
+            print(f"{page}: generated table {name!r} differs from {a.metrics}", file=sys.stderr if a.check else sys.stdout)
+        bad += len(stale)
+        if stale and not a.check:
+            page.write_text(new)
+    return 1 if bad and a.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

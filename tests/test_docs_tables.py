@@ -1,0 +1,56 @@
+"""The docs' generated tables (scripts/docs_tables.py) equal the committed metrics they copy,
+and a stale or unknown block is caught."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "docs_tables.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_every_generated_table_in_the_docs_matches_the_committed_metrics():
+    r = _run("--check")
+    assert r.returncode == 0, r.stderr
+    pages = [p for p in (ROOT / "docs").rglob("*.md") if "<!-- generated: " in p.read_text()]
+    assert {p.name for p in pages} >= {"machine.md", "quality.md"}
+
+
+def test_a_stale_figure_is_reported_and_rewritten(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("*.png", "*.svg", "*.js"))
+    page = docs / "machine.md"
+    text = page.read_text()
+    start = text.index("<!-- generated: scenarios-wide -->")
+    row = text.index("| default |", start)
+    cell = text.index(" | ", row + len("| default |")) + 3  # the eft column's figure
+    end = text.index(" |", cell)
+    page.write_text(text[:cell] + "9.999" + text[end:])
+    r = _run("--check", "--docs", str(docs))
+    assert r.returncode == 1
+    assert f"{page}: generated table 'scenarios-wide' differs from" in r.stderr
+    assert page.read_text() != text  # --check changed nothing
+    assert _run("--docs", str(docs)).returncode == 0
+    assert page.read_text() == text
+    assert _run("--check", "--docs", str(docs)).returncode == 0
+
+
+@pytest.mark.parametrize("body,message", [
+    ("<!-- generated: nope -->\nx\n<!-- end generated -->\n", "unknown generated table 'nope'"),
+])
+def test_an_unknown_block_is_one_line(tmp_path, body, message):
+    (tmp_path / "page.md").write_text(body)
+    r = _run("--check", "--docs", str(tmp_path))
+    assert r.returncode != 0 and message in r.stderr and "page.md" in r.stderr
+
+
+def test_missing_metrics_is_one_line(tmp_path):
+    r = _run("--check", "--metrics", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and str(tmp_path) in r.stderr
