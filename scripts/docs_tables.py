@@ -6,9 +6,9 @@ A generated table sits between two markers in a docs page::
     | ... the table ... |
     <!-- end generated -->
 
-``NAME`` is one of ``GENERATORS`` below; each builds its text from the files the ``scenarios``
-stage writes under ``metrics/scenarios/``.  ``make docs-tables`` rewrites every block in
-``docs/``; ``--check`` (used by ``tests/test_docs_tables.py``) changes nothing and exits 1 with
+``NAME`` is one of ``GENERATORS`` below; each builds its text from the files the pipeline writes
+under ``metrics/`` (``policies.csv``, ``scenarios/``).  ``make docs-tables`` rewrites every block
+in ``README.md`` and ``docs/``; ``--check`` (used by ``tests/test_docs_tables.py``) changes nothing and exits 1 with
 one line per stale block, so a figure in the docs cannot drift from the run it names.
 """
 
@@ -46,6 +46,31 @@ def scenarios_wide(metrics: Path) -> str:
     return "\n".join(lines)
 
 
+def _g3(v: float) -> str:
+    """Three significant digits, trailing zeros kept: 1.00, 886, 2.02e3."""
+    return f"{v:#.3g}".replace("e+0", "e").replace("e+", "e").rstrip(".")
+
+
+# policies.csv columns: (header, column, scale)
+_BRIEF = [("makespan (s)", "makespan", 1.0), ("mean latency (s)", "mean_latency", 1.0), ("P95 (s)", "p95_latency", 1.0),
+          ("energy (kJ)", "energy_j", 1e-3), ("makespan / bound", "makespan_vs_bound", 1.0),
+          ("latency / bound", "mean_latency_vs_bound", 1.0)]
+_FULL = [*_BRIEF[:3], ("P99 (s)", "p99_latency", 1.0), ("GPU util.", "gpu_utilisation", 1.0), _BRIEF[3],
+         ("cost (m$)", "cost_usd", 1e3), *_BRIEF[4:]]
+
+
+def machine_policies(metrics: Path, cols: list[tuple[str, str, float]]) -> str:
+    """The machine kind's policies on the default workload (``policies.csv``), least mean
+    latency and energy in bold."""
+    t = pd.read_csv(metrics / "policies.csv")
+    bold = {"mean_latency": t["mean_latency"].min(), "energy_j": t["energy_j"].min()}
+    lines = ["| policy | " + " | ".join(h for h, _, _ in cols) + " |", "|:--|" + "--:|" * len(cols)]
+    for _, r in t.iterrows():
+        cells = [f"**{_g3(r[c] * k)}**" if c in bold and r[c] == bold[c] else _g3(r[c] * k) for _, c, k in cols]
+        lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _bold_ratios(table: str) -> str:
     """Bold the learned columns' ratios ≤ 0.9 (the issue's target) in a summary table."""
     rows = table.strip().splitlines()
@@ -73,6 +98,8 @@ def load_sweep(metrics: Path, k: int) -> str:
 
 
 GENERATORS: dict[str, Callable[[Path], str]] = {
+    "machine-policies": lambda m: machine_policies(m, _BRIEF),
+    "machine-policies-full": lambda m: machine_policies(m, _FULL),
     "scenarios-wide": scenarios_wide,
     "scenarios-summary": scenarios_summary,
     "load-sweep-wide": lambda m: load_sweep(m, 0),
@@ -97,7 +124,8 @@ def refresh(text: str, metrics: Path, where: str) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite (or with ``--check`` compare) every generated block of ``--docs``' pages."""
+    """Rewrite (or with ``--check`` compare) every generated block of ``--docs``' pages (and of
+    the README beside the default docs)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
@@ -107,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--metrics: no scenarios/table.csv under {a.metrics} (run `make repro`)", file=sys.stderr)
         return 2
     bad = 0
-    for page in sorted(a.docs.rglob("*.md")):
+    pages = sorted(a.docs.rglob("*.md")) + ([ROOT / "README.md"] if a.docs == ROOT / "docs" else [])
+    for page in pages:
         text = page.read_text()
         new, stale = refresh(text, a.metrics, str(page))
         for name in stale:

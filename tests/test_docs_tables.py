@@ -21,6 +21,7 @@ def test_every_generated_table_in_the_docs_matches_the_committed_metrics():
     assert r.returncode == 0, r.stderr
     pages = [p for p in (ROOT / "docs").rglob("*.md") if "<!-- generated: " in p.read_text()]
     assert {p.name for p in pages} >= {"machine.md", "quality.md"}
+    assert "<!-- generated: machine-policies -->" in (ROOT / "README.md").read_text()
 
 
 def test_a_stale_figure_is_reported_and_rewritten(tmp_path):
