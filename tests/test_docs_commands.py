@@ -114,6 +114,7 @@ HERE: dict[str, str] = {
     "dvc metrics show": "metrics/summary.json",
     "dvc exp show": "Experiment",
     "make params": "",
+    "make docs-tables": "",
     "HYBRIDSCHED_TRACES=/data/traces make params": "/data/traces",
     "dvc exp show --md --drop '.*' --keep 'Experiment|workload.name|workload.rate|workload.intensity_range|"
     "policies.eft.mean_latency|policies.hybrid_ml.mean_latency|policies.dqn.mean_latency|"

@@ -98,10 +98,15 @@ def test_validate_scores_models_of_a_conf_policy_and_the_late_heuristics(tmp_pat
     _main(monkeypatch, "--train-pg", str(model), "--pg-set",
           "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0",
           "--out", str(tmp_path / "o"))
-    _main(monkeypatch, "--validate", str(model), "--validate-policy", "pg_late", "--out", str(tmp_path / "v"),
+    # and a copy of it whose reserved parts run by rank (docs/machine.md's /tmp/pg_rank)
+    ranked = tmp_path / "m_rank"
+    ranked.mkdir()
+    (ranked / "model.json").write_text(json.dumps({**json.loads((model / "model.json").read_text()),
+                                                   "reserved_order": "rank"}))
+    _main(monkeypatch, "--validate", f"{model},{ranked}", "--validate-policy", "pg_late", "--out", str(tmp_path / "v"),
           *_small_mixture())
     r = json.loads((tmp_path / "v" / "validate_late.json").read_text())
-    assert set(r) == {*late_eval.LATE, str(model)}
+    assert set(r) == {*late_eval.LATE, str(model), str(ranked)}
     assert r["eft_late_plain"]["per_draw"] == [1.0, 1.0]
     assert all(len(v["per_draw"]) == 2 and v["mean"] > 0 for v in r.values())
     # the overrides reach the draws: the default-like mixture gives other draws

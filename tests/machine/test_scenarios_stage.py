@@ -5,6 +5,7 @@ dqn_late / cem_late conf entries in late mode, and the settings schema of the ne
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ from tests.runs import compose_run, outputs_in
 
 # the documented command's shrink: every named workload at 200 tasks, one held-out draw, one
 # sweep load, the LP on a coarse grid (so the bound is the LP's, not the solo one)
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["scenarios.max_tasks=200", "scenarios.heldout=1", "scenarios.heldout_tasks=200", "scenarios.loads=[1.0]",
         "scenarios.sweep_tasks=200", "scenarios.workers=1", "scenarios.lp.rho=1", "scenarios.lp.max_levels=10"]
 FILES = ["scenarios.json", "scenarios/table.csv", "scenarios/summary.csv", "scenarios/summary.md", "scenarios/wide.md",
@@ -79,6 +81,19 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     _stage(tmp_path / "b", "scenarios.workers=2")
     for f in FILES:
         assert (tmp_path / "b" / "metrics" / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_documented_named_scenarios_with_another_pg_late_model(tmp_path):
+    """docs/machine.md's ``stages.scenarios ... scenarios.heldout=0 'scenarios.loads=[]'
+    policies.machine.pg_late.model_dir=/tmp/pg_rank``, shrunk: the named workloads only, with a
+    copy of the committed model whose reserved parts run by rank."""
+    model = json.loads((ROOT / "benchmarks" / "late_models" / "pg_late" / "model.json").read_text())
+    (tmp_path / "pg_rank").mkdir()
+    (tmp_path / "pg_rank" / "model.json").write_text(json.dumps({**model, "reserved_order": "rank"}))
+    _stage(tmp_path, "scenarios.heldout=0", "scenarios.loads=[]", f"policies.machine.pg_late.model_dir={tmp_path / 'pg_rank'}")
+    table = pd.read_csv(tmp_path / "metrics" / "scenarios" / "table.csv")
+    assert list(dict.fromkeys(table["scenario"])) == ["default", "shifted", "bursty", "dag", "rate8"]
+    assert table.loc[table["policy"] == "pg_late", "mean_latency"].notna().all()
 
 
 def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
