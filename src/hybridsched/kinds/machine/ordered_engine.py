@@ -44,9 +44,8 @@ def _start_next(d, t, qt, qi, qn, dec, frac, X, launch_s, noise_c, noise_g, runn
     qn[d] = heap_pop(qt[d], qi[d], qn[d])
     running[d] = i
     if d == 0:
-        s = t
-        e = s + (1.0 - frac[i]) * X[i, CPU_S] * noise_c[i]
-        cs[i] = s
+        e = t + (1.0 - frac[i]) * X[i, CPU_S] * noise_c[i]
+        cs[i] = t
         ce[i] = e
         return heap_push(dh_t, dh_i, dn, e, 2 * i)
     e = t + (launch_s + frac[i] * X[i, GPU_S]) * noise_g[i]
