@@ -15,7 +15,7 @@ noise from seed k).
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
     python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
     python -m benchmarks.late_eval --train-pg benchmarks/late_models/pg_late --out /tmp/pg_late \
-        --pg-set b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,hidden=32,reserved_order=spt   # train pg_late (~11 min)
+        --pg-set b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,hidden=32,reserved_order=rank   # train pg_late (~11 min)
     python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
     python -m benchmarks.late_eval --hold-scan 1,2,4,8,16 --out /tmp/late_hold   # the split hold on the validation draws
     python -m benchmarks.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
