@@ -71,7 +71,8 @@ def test_training_is_seeded_and_writes_the_selected_model(tmp_path):
     assert a["selection"] == min(h["selection"] for h in a["history"])
 
 
-def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
+@pytest.mark.parametrize("order", ["rank", "spt"])  # the committed sixth model's, the fifth's
+def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch, order):
     from benchmarks import late_eval
 
     def main(*argv):
@@ -80,10 +81,11 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch):
 
     main("--train-pg", str(tmp_path / "m"), "--pg-set",
          "iterations=1,episodes=1,rollouts=2,tasks=80,hidden=3,selection_draws=1,validation_draws=0,"
-         "b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,reserved_order=spt", "--out", str(tmp_path / "o"))
+         f"b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,reserved_order={order}", "--out",
+         str(tmp_path / "o"))
     model = json.loads((tmp_path / "m" / "model.json").read_text())
     assert model["hidden"] == 3 and model["option_b"] == TUNED_B and model["option_c"]["beta_cpu"] == 1.0
-    assert model["reserved_order"] == "spt" and "queue_slack" not in model
+    assert model["reserved_order"] == order and "queue_slack" not in model
     assert (tmp_path / "o" / "train_pg_late.json").is_file()
     with pytest.raises(SystemExit, match="unknown LatePGSettings key"):
         main("--train-pg", str(tmp_path / "m2"), "--pg-set", "iters=1", "--out", str(tmp_path / "o"))
