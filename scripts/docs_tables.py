@@ -8,8 +8,9 @@ A generated table sits between two markers in a docs page::
 
 ``NAME`` is one of ``GENERATORS`` below; each builds its text from the files the pipeline writes
 under ``metrics/`` (``policies.csv``, ``scenarios/``).  ``make docs-tables`` rewrites every block
-in ``README.md`` and ``docs/``; ``--check`` (used by ``tests/test_docs_tables.py``) changes nothing and exits 1 with
-one line per stale block, so a figure in the docs cannot drift from the run it names.
+in ``README.md`` and ``docs/``; ``--check`` (used by ``tests/test_docs_tables.py``) changes
+nothing and exits 1 with one line per stale block, so a figure in the docs cannot drift from the
+run it names.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         text = page.read_text()
         new, stale = refresh(text, a.metrics, str(page))
         for name in stale:
-            print(f"{page}: generated table {name!r} differs from {a.metrics}", file=sys.stderr if a.check else sys.stdout)
+            what = "differs from" if a.check else "rewritten from"
+            print(f"{page}: generated table {name!r} {what} {a.metrics}", file=sys.stderr if a.check else sys.stdout)
         bad += len(stale)
         if stale and not a.check:
             page.write_text(new)
