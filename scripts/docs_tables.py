@@ -16,6 +16,7 @@ run it names.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -28,23 +29,20 @@ BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- 
 _RATIO = re.compile(r"^(?P<v>.*) \((?P<r>[\d.]+)×\)$")
 
 
-def _num(v: float) -> str:
-    return f"{v:.4g}"
-
-
 def scenarios_wide(metrics: Path) -> str:
-    """Mean latency (s) of every policy per scenario of the target (``table.csv`` without the
-    load sweep's rows), the LP bound first and each row's least latency in bold."""
-    t = pd.read_csv(metrics / "scenarios" / "table.csv")
-    t = t[~t["scenario"].str.startswith("load")]
-    pols = list(dict.fromkeys(t["policy"]))
-    lines = ["| scenario | LP bound (ρ=1) | " + " | ".join(pols) + " |", "|" + "---|" * (len(pols) + 2)]
-    for sc in dict.fromkeys(t["scenario"]):
-        d = t[t["scenario"] == sc].set_index("policy")
-        best = d["mean_latency"].idxmin()
-        cells = [f"**{_num(d.at[p, 'mean_latency'])}**" if p == best else _num(d.at[p, "mean_latency"]) for p in pols]
-        lines.append(f"| {sc} | {_num(d['bound_lp'].iloc[0])} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """The stage's ``wide.md`` (mean latency of every policy per scenario) without the load
+    sweep's rows, each row's least latency in bold."""
+    rows = (metrics / "scenarios" / "wide.md").read_text().strip().splitlines()
+    head = rows[0].replace("| LP bound |", "| LP bound (ρ=1) |", 1)
+    out = [head, rows[1]]
+    for row in rows[2:]:
+        cells = row.strip("| ").split(" | ")
+        if cells[0].startswith("load"):
+            continue
+        best = 2 + min(range(len(cells) - 2), key=lambda i: float(cells[2 + i]))
+        cells[best] = f"**{cells[best]}**"
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def _g3(v: float) -> str:
@@ -72,8 +70,8 @@ def machine_policies(metrics: Path, cols: list[tuple[str, str, float]]) -> str:
     return "\n".join(lines)
 
 
-def _bold_ratios(table: str) -> str:
-    """Bold the learned columns' ratios ≤ 0.9 (the issue's target) in a summary table."""
+def _bold_ratios(table: str, target: float) -> str:
+    """Bold the learned columns' ratios ≤ ``target`` (the issue's) in a summary table."""
     rows = table.strip().splitlines()
     learned = [i for i, h in enumerate(rows[0].strip("| ").split(" | ")) if h.endswith(("(arrival)", "(late)"))]
     out = rows[:2]
@@ -81,15 +79,17 @@ def _bold_ratios(table: str) -> str:
         cells = row.strip("| ").split(" | ")
         for i in learned:
             m = _RATIO.match(cells[i])
-            if m and float(m["r"]) <= 0.9:
+            if m and float(m["r"]) <= target:
                 cells[i] = f"{m['v']} (**{m['r']}×**)"
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def scenarios_summary(metrics: Path) -> str:
-    """The issue's table (``summary.md``'s first table), ratios ≤ 0.9 in bold."""
-    return _bold_ratios((metrics / "scenarios" / "summary.md").read_text().split("\n\n")[0])
+    """The issue's table (``summary.md``'s first table), ratios within the target (the stage's
+    ``learned_ratio``) in bold."""
+    target = json.loads((metrics / "scenarios.json").read_text())["learned_ratio"]
+    return _bold_ratios((metrics / "scenarios" / "summary.md").read_text().split("\n\n")[0], target)
 
 
 def load_sweep(metrics: Path, k: int) -> str:
