@@ -11,7 +11,7 @@ noise from seed k).
 
     python -m benchmarks.late_eval --out /tmp/late --lp-rho 1             # ~25 min on a loaded 2-core box (LP)
     python -m benchmarks.late_eval --out /tmp/late --no-lp --heldout 0 --workloads default
-    python -m benchmarks.late_eval --tune 20 --out /tmp/late_tune      # tune the late heuristics (default train split)
+    python -m benchmarks.late_eval --tune 1000 --out /tmp/late_tune    # tune the late heuristics (default train split)
     python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
     python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
     python -m benchmarks.late_eval --train-pg benchmarks/late_models/pg_late --out /tmp/pg_late \
@@ -179,7 +179,9 @@ def tune_late(trials: int, out: Path, overrides: list[str] | None = None) -> dic
     train, _ = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
     work = Path(tempfile.mkdtemp(prefix="late-tune-"))
     tuned = {}
-    for name in LATE:
+    # the late heuristics with a search space; the others are variants without weights to tune
+    # (eft_late_plain, eft_late_hold, eft_late_spt, eft_late_rank: eft_late's untuned rule)
+    for name in [n for n in LATE if n in cfg["tune"]["spaces"]]:
         s = TuneSettings.from_dict({**cfg["tune"], "target": name, "n_trials": trials, "n_jobs": 1,
                                     "storage": str(work / f"{name}.journal")})
         r = run_study(s, cfg, train, cluster)

@@ -245,7 +245,7 @@ OPEN_UNIT = Num(gt=0, lt=1)     # (0, 1)
 ANY_NUM = Num()
 PATH = Text()
 FLAG = Bool()
-# a search space bound of tune.spaces: {low, high, log} or [low, high]
+# a search space bound of tune.spaces: {low, high, log} or [low, high] (or {choices: [...]})
 SPACE_BOUND = Num(ge=0)
 
 Rule = Callable[[str, Any, Config], None]
@@ -431,6 +431,7 @@ SCHEMA: dict[str, Rule] = {
     "tune.spaces.*.*.low": SPACE_BOUND,
     "tune.spaces.*.*.high": SPACE_BOUND,
     "tune.spaces.*.*.log": FLAG,
+    "tune.spaces.*.*.choices": Names(None, "choice"),
     "tune.spaces.*.*": Pair(SPACE_BOUND),
     # load_sweep
     "load_sweep.loads": Nums(POS),

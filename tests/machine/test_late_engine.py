@@ -15,7 +15,7 @@ from numba import njit
 from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.late_engine import simulate_late
+from hybridsched.kinds.machine.late_engine import RESERVED, simulate_late
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate, LateList, SPTLate, WSPTLate
@@ -216,7 +216,8 @@ def test_a_late_heuristic_is_a_tune_target(tmp_path):
     s = TuneSettings.from_dict({**cfg["tune"], "target": "eft_late", "n_trials": 3, "storage": str(tmp_path / "s.journal")})
     out = run_study(s, cfg, small_workload(300, 1, rate=6.0), Cluster())
     assert out["best"]["mean_latency"] <= out["default"]["mean_latency"]
-    assert set(out["best_params"]) == {"aging", "beta_cpu", "beta_gpu", "backlog_s"}
+    assert set(out["best_params"]) == {"aging", "beta_cpu", "beta_gpu", "backlog_s", "reserved_order"}
+    assert out["best_params"]["reserved_order"] in RESERVED
 
 
 def late_simulate(tmp_path, names: list[str]):

@@ -132,3 +132,14 @@ def test_train_pg_takes_the_mixture_from_hydra_overrides(tmp_path, monkeypatch):
     special = train("special", "--", "experiment=default_like")
     assert special["history"][1]["train_mean_latency"] != mixed["history"][1]["train_mean_latency"]
     assert special == train("special2", "--", "experiment=default_like")  # seeded
+
+
+def test_tune_entry_point_tunes_the_late_heuristics_with_a_space(tmp_path, monkeypatch):
+    # the documented --tune, shrunk: every late heuristic with a tune space (and only those:
+    # eft_late_plain & co. have no weights), its reserved order among the searched settings
+    _main(monkeypatch, "--tune", "2", "--out", str(tmp_path / "t"), "--", "workload.n_train=300", "workload.n_test=50")
+    tuned = json.loads((tmp_path / "t" / "tuned_late.json").read_text())
+    assert set(tuned) == {"spt_late", "wspt_late", "eft_late", "heft_late"}
+    for r in tuned.values():
+        assert r["best"]["mean_latency"] <= r["default"]["mean_latency"]
+        assert r["params"]["reserved_order"] in ("fifo", "spt", "rank")

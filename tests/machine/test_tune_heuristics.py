@@ -28,3 +28,37 @@ def test_unknown_target_and_bad_range_are_one_line_errors():
         TuneSettings(target="nope", spaces=SPACE)
     with pytest.raises(HybridschedError, match="tune.spaces.eft_load.beta_cpu"):
         TuneSettings(target="eft_load", spaces={"eft_load": {"beta_cpu": [3.0, 1.0]}})
+
+
+def test_a_categorical_setting_is_searched_and_trial_0_keeps_the_untuned_option(tmp_path):
+    from hybridsched.kinds.machine.tuning import defaults_of
+
+    late = {"_target_": "hybridsched.kinds.machine.policies.late.EFTLate", "fraction_step": 0.1}
+    space = {"eft_late": {"aging": [0.0, 2.0], "reserved_order": {"choices": ["fifo", "spt", "rank"]}}}
+    cfg = {"policies": {"machine": {"eft_late": late}}}
+    # the YAML leaves the order out: trial 0 takes the first option (the untuned one); set, it is kept
+    assert defaults_of("eft_late", cfg, space) == {"reserved_order": "fifo"}
+    assert defaults_of("eft_late", {"policies": {"machine": {"eft_late": {**late, "reserved_order": "rank"}}}},
+                       space) == {"reserved_order": "rank"}
+    tasks = small_workload(200, seed=5, rate=8.0)
+    s = TuneSettings(target="eft_late", n_trials=8, seed=3, storage=str(tmp_path / "s.journal"), spaces=space)
+    out = run_study(s, cfg, tasks, Cluster(n_gpus=2))
+    assert out["best"]["mean_latency"] <= out["default"]["mean_latency"]
+    assert out["best_params"]["reserved_order"] in ("fifo", "spt", "rank")
+    import optuna
+
+    from hybridsched.kinds.machine.tuning import _storage
+
+    study = optuna.load_study(study_name=out["study"], storage=_storage(str(tmp_path / "s.journal")))
+    assert len({t.params["reserved_order"] for t in study.trials}) > 1  # more than one option was tried
+
+
+@pytest.mark.parametrize("entry, line", [
+    ({"choices": []}, "choices must be a non-empty list of distinct names"),
+    ({"choices": ["fifo", "fifo"]}, "choices must be a non-empty list of distinct names"),
+    ({"choices": ["fifo"], "low": 0}, "(and nothing else)"),
+    ({"choice": ["fifo"]}, "low and high must be numbers"),
+])
+def test_a_bad_choices_entry_is_one_line(entry, line):
+    with pytest.raises(HybridschedError, match=r"tune.spaces.eft_late.reserved_order: .*" + __import__("re").escape(line)):
+        TuneSettings(target="eft_late", spaces={"eft_late": {"reserved_order": entry}})

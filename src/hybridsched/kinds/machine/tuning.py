@@ -65,7 +65,7 @@ class TuneSettings:
             raise HybridschedError(f"tune.target: unknown {self.target!r}; known: {known}")
         for name, space in self.spaces.items():
             for param, rng in space.items():
-                _range(name, param, rng)
+                _check_param(name, param, rng)
         if not 0 < self.validation_fraction < 1:
             raise HybridschedError(f"tune.validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if self.n_trials < 1 or self.n_jobs < 1:
@@ -87,7 +87,8 @@ def _range(name: str, param: str, rng: Any) -> tuple[float, float, bool]:
     elif isinstance(rng, list | tuple) and len(rng) == 2:
         (low, high), log = rng, False
     else:
-        raise HybridschedError(f"tune.spaces.{name}.{param}: expected [low, high] or {{low, high, log}}, got {rng!r}")
+        raise HybridschedError(f"tune.spaces.{name}.{param}: expected [low, high], {{low, high, log}} or "
+                               f"{{choices: [...]}}, got {rng!r}")
     try:
         low, high = float(low), float(high)
     except (TypeError, ValueError):
@@ -97,11 +98,33 @@ def _range(name: str, param: str, rng: Any) -> tuple[float, float, bool]:
     return low, high, log
 
 
+def _choices(name: str, param: str, rng: Any) -> list[str] | None:
+    """The options of a categorical parameter (``{choices: [a, b, ...]}``), None for a range."""
+    if not (isinstance(rng, dict) and "choices" in rng):
+        return None
+    opts = rng["choices"]
+    if (not isinstance(opts, list | tuple) or not opts or len(set(map(str, opts))) != len(opts)
+            or not all(isinstance(o, str) for o in opts) or set(rng) != {"choices"}):
+        raise HybridschedError(f"tune.spaces.{name}.{param}: choices must be a non-empty list of distinct names "
+                               f"(and nothing else), got {rng!r}")
+    return list(opts)
+
+
+def _check_param(name: str, param: str, rng: Any) -> None:
+    """A search-space entry is a range or a list of choices; one clear line otherwise."""
+    if _choices(name, param, rng) is None:
+        _range(name, param, rng)
+
+
 def suggest(trial: Any, target: str, cfg: dict[str, Any], spaces: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Sample one configuration; the result mirrors the config's keys (rf / dqn / policies)."""
     if spaces and target in spaces:
         params = {}
         for param, rng in spaces[target].items():
+            opts = _choices(target, param, rng)
+            if opts is not None:
+                params[param] = trial.suggest_categorical(param, opts)
+                continue
             low, high, log = _range(target, param, rng)
             params[param] = trial.suggest_float(param, low, high, log=log)
         return {"policies": {"machine": {target: params}}}
@@ -131,7 +154,15 @@ def defaults_of(target: str, cfg: dict[str, Any], spaces: dict[str, dict[str, An
     """The untuned values of the search space's parameters (enqueued as trial 0)."""
     if spaces and target in spaces:
         pol = _policy_node(cfg, target)
-        return {k: float(pol[k]) for k in spaces[target] if k in pol}
+        out: dict[str, Any] = {}
+        for k, rng in spaces[target].items():
+            opts = _choices(target, k, rng)
+            if opts is None:
+                if k in pol:
+                    out[k] = float(pol[k])
+            elif pol.get(k, opts[0]) in opts:  # a choice the YAML leaves out: trial 0 takes the first
+                out[k] = pol.get(k, opts[0])
+        return out
     if target == "hybrid_ml":
         kind = cfg["rf"].get("model", "random_forest")
         keys = (["n_estimators", "max_depth", "learning_rate", "subsample"] if kind == "xgboost"
