@@ -169,25 +169,21 @@ def gantt(cfg: dict[str, Any], pols: dict[str, Any], names: list[str], path: Pat
     return plot_gantt(traces, path, window_s=60.0, start=start, n_devices=cluster.n_devices)
 
 
-def tune_late(trials: int, out: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Tune each late heuristic with the project's Optuna study on the default workload's
-    training split (as the arrival heuristics' YAML weights were); writes ``<out>/tuned_late.json``."""
-    from hybridsched.kinds.machine.tuning import TuneSettings, run_study
+def tune_late(trials: int, out: Path, overrides: list[str] | None = None, names: list[str] | None = None
+              ) -> dict[str, Any]:
+    """Tune heuristics with the project's Optuna study on the default workload's training split
+    (``names``; default: every late heuristic with a search space, as the arrival heuristics'
+    YAML weights were tuned); writes ``<out>/tuned.json``."""
+    from hybridsched.kinds.machine.tuning import tune_each
 
     cfg = compose(overrides or [])
     cluster = cluster_from_config(cfg["cluster"])
     train, _ = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
-    work = Path(tempfile.mkdtemp(prefix="late-tune-"))
-    tuned = {}
     # the late heuristics with a search space; the others are variants without weights to tune
     # (eft_late_plain, eft_late_hold, eft_late_spt, eft_late_rank: eft_late's untuned rule)
-    for name in [n for n in LATE if n in cfg["tune"]["spaces"]]:
-        s = TuneSettings.from_dict({**cfg["tune"], "target": name, "n_trials": trials, "n_jobs": 1,
-                                    "storage": str(work / f"{name}.journal")})
-        r = run_study(s, cfg, train, cluster)
-        tuned[name] = {"params": r["best_params"], "default": r["default"], "best": r["best"]}
-        print(name, r["default"], "->", r["best"], r["best_params"])
-    write_json(out / "tuned_late.json", tuned)
+    names = names or [n for n in LATE if n in cfg["tune"]["spaces"]]
+    tuned = tune_each(cfg, train, cluster, names, trials, Path(tempfile.mkdtemp(prefix="late-tune-")), log=print)
+    write_json(out / "tuned.json", tuned)
     return tuned
 
 
@@ -330,7 +326,10 @@ def main() -> None:
     ap.add_argument("--lp-rho", type=float, default=1.0)
     ap.add_argument("--cem-model", default="models/cem")
     ap.add_argument("--cem-late-model", default=MODELS + "/cem_late")
-    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS", help="only tune the late heuristics")
+    ap.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                    help="only tune heuristics (--tune-policies) on the default training split")
+    ap.add_argument("--tune-policies", default=None, metavar="NAMES",
+                    help="--tune: these heuristics of tune.spaces (comma-separated; default: the late ones)")
     ap.add_argument("--validate", default=None, metavar="DIRS",
                     help="only score these cem_late model dirs (comma-separated) on the validation draws")
     ap.add_argument("--dqn-late-model", default=MODELS + "/dqn_late")
@@ -361,7 +360,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.tune:
-        tune_late(args.tune, out, args.overrides)
+        tune_late(args.tune, out, args.overrides, args.tune_policies.split(",") if args.tune_policies else None)
         return
     if args.train_dqn:
         train_dqn(Path(args.train_dqn), args.dqn_set, out, args.overrides)

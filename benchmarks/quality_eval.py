@@ -38,7 +38,7 @@ from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.scenarios import evaluate_workload, heldout_workloads
-from hybridsched.kinds.machine.tuning import TuneSettings, merge, run_study
+from hybridsched.kinds.machine.tuning import merge, tune_each
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate, generate_splits
 
 WORKLOADS = {"default": [], "shifted": ["workload=shifted"], "bursty": ["workload=bursty"], "dag": ["workload=dag"],
@@ -92,13 +92,7 @@ def pipeline_models(cfg: dict[str, Any], models: Path) -> dict[str, Any]:
 
 def tune_heuristics(cfg: dict[str, Any], train, cluster: Cluster, trials: int, work: Path) -> dict[str, Any]:
     """Tuned weights of each heuristic in ``tune.spaces`` (the project's Optuna study)."""
-    tuned = {}
-    for name in cfg["tune"]["spaces"]:
-        s = TuneSettings.from_dict({**cfg["tune"], "target": name, "n_trials": trials, "n_jobs": 1,
-                                    "storage": str(work / f"{name}.journal")})
-        out = run_study(s, cfg, train, cluster)
-        tuned[name] = {"params": out["best_params"], "default": out["default"], "best": out["best"]}
-    return tuned
+    return tune_each(cfg, train, cluster, list(cfg["tune"]["spaces"]), trials, work)
 
 
 def factories(cfg: dict[str, Any], tuned: dict[str, Any], learned: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import late_eval
+from hybridsched.errors import HybridschedError
 
 
 def _main(monkeypatch, *argv: str) -> None:
@@ -138,8 +139,18 @@ def test_tune_entry_point_tunes_the_late_heuristics_with_a_space(tmp_path, monke
     # the documented --tune, shrunk: every late heuristic with a tune space (and only those:
     # eft_late_plain & co. have no weights), its reserved order among the searched settings
     _main(monkeypatch, "--tune", "2", "--out", str(tmp_path / "t"), "--", "workload.n_train=300", "workload.n_test=50")
-    tuned = json.loads((tmp_path / "t" / "tuned_late.json").read_text())
+    tuned = json.loads((tmp_path / "t" / "tuned.json").read_text())
     assert set(tuned) == {"spt_late", "wspt_late", "eft_late", "heft_late"}
     for r in tuned.values():
         assert r["best"]["mean_latency"] <= r["default"]["mean_latency"]
         assert r["params"]["reserved_order"] in ("fifo", "spt", "rank")
+
+
+def test_tune_entry_point_takes_named_heuristics_and_refuses_one_without_a_space(tmp_path, monkeypatch):
+    _main(monkeypatch, "--tune", "2", "--tune-policies", "eft_rank,dmda", "--out", str(tmp_path / "t"), "--",
+          "workload.n_train=300", "workload.n_test=50")
+    tuned = json.loads((tmp_path / "t" / "tuned.json").read_text())
+    assert set(tuned) == {"eft_rank", "dmda"}
+    assert set(tuned["eft_rank"]["params"]) == {"beta_cpu", "beta_gpu", "backlog_s", "kappa"}
+    with pytest.raises(HybridschedError, match=r"tune: no search space tune.spaces.<name> for \['eft_late_plain'\]"):
+        _main(monkeypatch, "--tune", "2", "--tune-policies", "eft_late_plain", "--out", str(tmp_path / "u"))

@@ -335,6 +335,25 @@ def run_study(settings: TuneSettings, cfg: dict[str, Any], train: TaskTable, clu
     return summarize_study(study, settings, cfg, wall)
 
 
+def tune_each(cfg: dict[str, Any], train: TaskTable, cluster: Cluster, names: list[str], trials: int,
+              work: Path, log=None) -> dict[str, Any]:
+    """One study of ``trials`` per heuristic of ``names`` (each needs a ``tune.spaces`` entry),
+    journals under ``work``; name -> best params, and the default's (trial 0) and best objectives."""
+    missing = [n for n in names if n not in cfg["tune"]["spaces"]]
+    if missing:
+        raise HybridschedError(f"tune: no search space tune.spaces.<name> for {missing}; "
+                               f"known: {sorted(cfg['tune']['spaces'])}")
+    tuned = {}
+    for name in names:
+        s = TuneSettings.from_dict({**cfg["tune"], "target": name, "n_trials": trials, "n_jobs": 1,
+                                    "storage": str(Path(work) / f"{name}.journal")})
+        r = run_study(s, cfg, train, cluster)
+        tuned[name] = {"params": r["best_params"], "default": r["default"], "best": r["best"]}
+        if log is not None:
+            log(f"{name}: {r['default']} -> {r['best']} {r['best_params']}")
+    return tuned
+
+
 def summarize_study(study: Any, settings: TuneSettings, cfg: dict[str, Any], wall_s: float) -> dict[str, Any]:
     """Best parameters (config-shaped), default vs best objective values, Pareto front."""
     import optuna
