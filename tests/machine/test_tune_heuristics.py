@@ -40,6 +40,9 @@ def test_a_categorical_setting_is_searched_and_trial_0_keeps_the_untuned_option(
     assert defaults_of("eft_late", cfg, space) == {"reserved_order": "fifo"}
     assert defaults_of("eft_late", {"policies": {"machine": {"eft_late": {**late, "reserved_order": "rank"}}}},
                        space) == {"reserved_order": "rank"}
+    with pytest.raises(HybridschedError, match=r"tune.spaces.eft_late.reserved_order: the policy's reserved_order "
+                                               r"'lifo' is not one of the choices \['fifo', 'spt', 'rank'\]"):
+        defaults_of("eft_late", {"policies": {"machine": {"eft_late": {**late, "reserved_order": "lifo"}}}}, space)
     tasks = small_workload(200, seed=5, rate=8.0)
     s = TuneSettings(target="eft_late", n_trials=8, seed=3, storage=str(tmp_path / "s.journal"), spaces=space)
     out = run_study(s, cfg, tasks, Cluster(n_gpus=2))

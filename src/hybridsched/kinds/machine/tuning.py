@@ -15,9 +15,10 @@ hash of everything that defines it).  The study stops at ``n_trials`` finished t
 all, however many processes work on it.
 
 Besides the two learned policies, any policy named in ``tune.spaces`` is a target: its
-weights (float ranges ``[low, high]``, or ``{low, high, log}``) are searched directly, with
-no training, by simulating it on the validation workload (the heuristics of
-``policies/weighted.py`` are tuned this way before they are compared).
+weights (float ranges ``[low, high]``, or ``{low, high, log}``) and settings (``{choices: [a,
+b, ...]}``, e.g. a late heuristic's ``reserved_order``) are searched directly, with no
+training, by simulating it on the validation workload (the heuristics of
+``policies/weighted.py`` and ``policies/late.py`` are tuned this way before they are compared).
 """
 
 from __future__ import annotations
@@ -160,8 +161,12 @@ def defaults_of(target: str, cfg: dict[str, Any], spaces: dict[str, dict[str, An
             if opts is None:
                 if k in pol:
                     out[k] = float(pol[k])
-            elif pol.get(k, opts[0]) in opts:  # a choice the YAML leaves out: trial 0 takes the first
-                out[k] = pol.get(k, opts[0])
+            else:  # a setting the YAML leaves out: trial 0 takes the first option (the untuned one)
+                value = pol.get(k, opts[0])
+                if value not in opts:
+                    raise HybridschedError(f"tune.spaces.{target}.{k}: the policy's {k} {value!r} is not one of "
+                                           f"the choices {opts}")
+                out[k] = value
         return out
     if target == "hybrid_ml":
         kind = cfg["rf"].get("model", "random_forest")
