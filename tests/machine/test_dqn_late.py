@@ -18,7 +18,7 @@ from hybridsched.kinds.machine.cem_train import MachineCEMSettings
 from hybridsched.kinds.machine.late_dqn_train import LateDQNSettings, _net, _weights_of, decision_rewards, q_numpy, train
 from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.late import EFTLate
-from hybridsched.kinds.machine.policies.late_dqn import N_FEAT, DQNLate, n_weights, q_values
+from hybridsched.kinds.machine.policies.late_dqn import N_FEAT, DQNLate, forward_params, n_weights, q_values
 from tests.conftest import small_workload
 from tests.machine.sim_helpers import parents_of, run
 
@@ -38,6 +38,30 @@ def test_untrained_network_is_plain_late_eft_exactly(spec):
     np.testing.assert_array_equal(got["end"].to_numpy(), ref["end"].to_numpy())
 
 
+def _row_by_row(feat: np.ndarray, w: np.ndarray, hidden: int) -> np.ndarray:
+    b1 = hidden * N_FEAT
+    w2 = b1 + hidden
+    b2 = w2 + hidden * hidden
+    w3 = b2 + hidden
+    out = []
+    for x in feat:
+        h1 = []
+        for r in range(hidden):
+            acc = w[b1 + r]
+            for q in range(N_FEAT):
+                acc += w[r * N_FEAT + q] * x[q]
+            h1.append(acc if acc > 0.0 else 0.0)
+        v = w[w3 + hidden]
+        for r in range(hidden):
+            acc = w[b2 + r]
+            for q in range(hidden):
+                acc += w[w2 + r * hidden + q] * h1[q]
+            if acc > 0.0:
+                v += w[w3 + r] * acc
+        out.append(v - x[N_FEAT])
+    return np.asarray(out)
+
+
 def test_forward_passes_agree():
     import torch
 
@@ -48,9 +72,13 @@ def test_forward_passes_agree():
         net[4].bias.normal_()
     w = _weights_of(net)
     feat = np.random.default_rng(1).uniform(0, 1, (9, N_FEAT + 1))
-    params = np.concatenate([[0.0, 0.0], w])
+    params = np.concatenate([[0.0, 0.0], forward_params(w, 6)])
     numba_q = q_values(feat, 9, params, 2, 6)
     np.testing.assert_allclose(numba_q, q_numpy(feat, w, 6), rtol=1e-12, atol=1e-12)
+    # bit for bit the plain forward pass, one unit's sum at a time in input order (what the
+    # committed models' figures were made with before the kernel read transposed weights)
+    assert numba_q.tolist() == _row_by_row(feat, w, 6).tolist()
+    assert q_values.py_func(feat, 9, params, 2, 6).tolist() == numba_q.tolist()
     torch_q = net(torch.from_numpy(feat[:, :N_FEAT])).squeeze(-1).detach().numpy() - feat[:, N_FEAT]
     np.testing.assert_allclose(numba_q, torch_q, rtol=1e-10, atol=1e-10)
 

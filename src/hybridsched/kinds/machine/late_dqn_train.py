@@ -33,13 +33,12 @@ from hybridsched.kinds.machine.late_engine import _run_late, run_loop
 from hybridsched.kinds.machine.policies.base import fraction_grid
 from hybridsched.kinds.machine.policies.late import EFTLate
 from hybridsched.kinds.machine.policies.late_dqn import (
-    _NET,
     MODEL_FILE,
     N_FEAT,
     DQNLate,
     candidates,
+    grid_start,
     head_params,
-    n_weights,
     pdata_of,
 )
 from hybridsched.kinds.machine.sim import simulate
@@ -115,7 +114,7 @@ def record_run(tasks, cluster: Cluster, real, weights: np.ndarray, hidden: int, 
     X = task_matrix(tasks, cluster)
     pdata = pdata_of(tasks, cluster, X)
     params = head_params(cluster, hidden, weights, grid, option_b, option_c, queue_slack)
-    grid0 = _NET + n_weights(hidden)
+    grid0 = grid_start(hidden)
     feats: list[np.ndarray] = []
     acts: list[int] = []
     times: list[float] = []

@@ -64,7 +64,8 @@ FEATURES = ("finish", "alone", "wait", "cpu_time", "gpu_time", "on_cpu", "split"
 N_FEAT = len(FEATURES)
 _CHILDREN, _MEAN = 4, 5  # extra pdata columns after late.task_data's four
 # params: the list kernel's head (option B's charge in it), option C's (present, beta_cpu,
-# beta_gpu, backlog_s), hidden units, the packed MLP, then the fraction grid
+# beta_gpu, backlog_s), hidden units, the packed MLP, its two weight matrices again transposed
+# (the forward pass reads them unit-minor), then the fraction grid (at ``grid_start``)
 _C_ON, _C_CPU, _C_GPU, _C_BACKLOG = range(_N_PARAMS, _N_PARAMS + 4)
 _HID = _N_PARAMS + 4
 _NET = _HID + 1
@@ -160,28 +161,48 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
 
 @njit
 def q_values(feat, c, params, off, hidden):
-    """Q of the first ``c`` candidates: the packed MLP (``n_weights``) at ``off`` minus the prior."""
+    """Q of the first ``c`` candidates: the MLP at ``off`` (``forward_params``) minus the prior.
+
+    The sums run over the transposed copies of W1 and W2 (after the packed MLP), so the
+    innermost loop is over the hidden units (which the compiler vectorises), while each unit's
+    sum keeps the order ``acc = b; acc += w_q x_q`` for q = 0, 1, ...: the operations of the
+    plain row-by-row forward pass, in its order, so the same bits.  A unit of layer 1 whose
+    ReLU is off is skipped: adding ``w * 0`` changes no sum but the sign of a zero."""
     w1 = off
     b1 = w1 + hidden * N_FEAT
     w2 = b1 + hidden
     b2 = w2 + hidden * hidden
     w3 = b2 + hidden
     b3 = w3 + hidden
+    t1 = b3 + 1  # W1 transposed (N_FEAT x hidden), then W2 transposed (hidden x hidden)
+    t2 = t1 + N_FEAT * hidden
+    # 2-D views whose rows the inner loops walk: plain ``params[i + r]`` indexing keeps
+    # numba's negative-index check in the loop, which stops the compiler vectorising it
+    w1t = params[t1:t2].reshape((N_FEAT, hidden))
+    w2t = params[t2:t2 + hidden * hidden].reshape((hidden, hidden))
     out = np.empty(c)
     h1 = np.empty(hidden)
+    h2 = np.empty(hidden)
     for j in range(c):
         for r in range(hidden):
-            acc = params[b1 + r]
-            for q in range(N_FEAT):
-                acc += params[w1 + r * N_FEAT + q] * feat[j, q]
-            h1[r] = acc if acc > 0.0 else 0.0
+            h1[r] = params[b1 + r]
+        for q in range(N_FEAT):
+            x = feat[j, q]
+            wq = w1t[q]
+            for r in range(hidden):
+                h1[r] += wq[r] * x
+        for r in range(hidden):
+            h2[r] = params[b2 + r]
+        for q in range(hidden):
+            x = h1[q]
+            if x > 0.0:  # the ReLU of layer 1: a unit that is off adds nothing
+                wq = w2t[q]
+                for r in range(hidden):
+                    h2[r] += wq[r] * x
         v = params[b3]
         for r in range(hidden):
-            acc = params[b2 + r]
-            for q in range(hidden):
-                acc += params[w2 + r * hidden + q] * h1[q]
-            if acc > 0.0:
-                v += params[w3 + r] * acc
+            if h2[r] > 0.0:
+                v += params[w3 + r] * h2[r]
         out[j] = v - feat[j, N_FEAT]
     return out
 
@@ -189,7 +210,7 @@ def q_values(feat, c, params, off, hidden):
 @njit
 def _dqn_late(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
     hidden = int(params[_HID])
-    grid0 = _NET + n_weights_nb(hidden)
+    grid0 = grid_start(hidden)
     c, g, feat, ck, cd, cf = candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
     if c == 0:
         return -1, -1, 0.0, g
@@ -204,6 +225,12 @@ def _dqn_late(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):
 @njit
 def n_weights_nb(hidden):
     return hidden * N_FEAT + hidden + hidden * hidden + hidden + hidden + 1
+
+
+@njit
+def grid_start(hidden):
+    """Where the fraction grid starts in the kernel's params (``head_params``)."""
+    return _NET + n_weights_nb(hidden) + N_FEAT * hidden + hidden * hidden
 
 
 def pdata_of(tasks, cluster, X) -> np.ndarray:
@@ -256,11 +283,21 @@ def head_params(cluster, hidden: int, weights: np.ndarray, grid: np.ndarray,
                 queue_slack: float = np.inf) -> np.ndarray:
     """The kernel's params: split option B's work charge (``OPTION_B`` unless given), the split
     hold (``late.start_device``; none unless given), option C's charge (none unless given), the
-    hidden-unit count, the packed MLP, the fraction grid."""
+    hidden-unit count, the packed MLP, its W1 and W2 transposed (``q_values``), the fraction grid."""
     b = option_b or OPTION_B
     c = [1.0, option_c["beta_cpu"], option_c["beta_gpu"], option_c["backlog_s"]] if option_c else [0.0] * 4
     head = [cluster.launch_s, 1.0, 0.0, 0.0, 0.0, b["beta_cpu"], b["beta_gpu"], b["backlog_s"], queue_slack, *c]
-    return np.concatenate([np.asarray(head, dtype=np.float64), [float(hidden)], weights, grid])
+    return np.concatenate([np.asarray(head, dtype=np.float64), [float(hidden)], forward_params(weights, hidden), grid])
+
+
+def forward_params(weights: np.ndarray, hidden: int) -> np.ndarray:
+    """The packed MLP (``n_weights``) followed by its W1 and W2 transposed: what ``q_values``
+    reads at its ``off``."""
+    w = np.asarray(weights, dtype=np.float64)
+    w1t = w[:hidden * N_FEAT].reshape(hidden, N_FEAT).T.ravel()
+    at = hidden * N_FEAT + hidden
+    w2t = w[at:at + hidden * hidden].reshape(hidden, hidden).T.ravel()
+    return np.concatenate([w, w1t, w2t])
 
 
 class DQNLate(LateList):

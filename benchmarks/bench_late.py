@@ -1,0 +1,116 @@
+"""Late dispatch speed (issue 22): tasks/s of every late-mode policy at 10^4, 10^5, 10^6 tasks.
+
+Run: `make bench` (or `python -m benchmarks.bench_late [--sizes 10000 100000 1000000]
+[--workloads default bursty] [--smoke]`).  Every policy of ``scenarios_late.LATE`` and the
+learned late ones (``cem_late``, ``dqn_late``, ``pg_late``: their conf entries and committed
+models) runs through ``sim.simulate`` on the test split's task mix of each workload, drawn at
+each size (seed 0, noise seed 1).  Targets (2 cores), the simulator's (``bench_sim``) for late
+mode: >= 200,000 tasks/s for every one at 10^6 tasks on the default workload, time per task
+near-flat in the task count (10^6 ÷ 10^4 <= 1.5 on every workload), < 1.5 GB peak.  A pick
+scans the whole pool, so a workload whose pool grows with the run (overload) would show here
+as time per task growing with the task count; ``bursty`` is the heaviest that stays stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from benchmarks.common import measure, parse, project_path, report, settings
+from hybridsched.devices import cluster_from_config
+from hybridsched.kinds.base import instantiate
+from hybridsched.kinds.machine.scenarios_late import LATE
+from hybridsched.kinds.machine.sim import simulate
+from hybridsched.kinds.machine.workload import generate, spec_from_config
+
+LEARNED_LATE = ("cem_late", "dqn_late", "pg_late")
+TARGET_TASKS_PER_S = 200_000
+TARGET_LINEAR = 1.5  # us/task at the largest size / at the smallest
+TARGET_PEAK_MB = 1536
+
+
+def late_policies(cfg: dict) -> dict:
+    """Name -> a fresh policy, for every late heuristic and learned late policy of ``cfg``
+    (a learned one's ``model_dir`` taken from the project root, as the stages run)."""
+    specs = cfg["policies"]["machine"]
+    out = {}
+    for name in (*LATE, *LEARNED_LATE):
+        spec = dict(specs[name])
+        if "model_dir" in spec:
+            spec["model_dir"] = str(project_path(spec["model_dir"]))
+        out[name] = lambda spec=spec, name=name: _named(instantiate(spec), name)
+    return out
+
+
+def _named(policy, name: str):
+    policy.name = name
+    return policy
+
+
+def timed(fn) -> float:
+    """Wall seconds of one call."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--workloads", nargs="+", default=["default", "bursty"])
+    args = parse(ap)
+    if args.smoke:
+        args.sizes = [1000, 2000]
+    rows = []
+    for wname in args.workloads:
+        cfg = settings([f"workload={wname}", *args.overrides])
+        cluster = cluster_from_config(cfg["cluster"])
+        spec = spec_from_config(cfg["workload"], "test")
+        pols = late_policies(cfg)
+        warm = generate(spec, 300, np.random.default_rng(2), cpu_gflops=cluster.cpu_gflops)
+        for make in pols.values():  # compile (or load the numba cache) outside the timings
+            simulate(warm, cluster, make(), cluster.sample_noise(len(warm), np.random.default_rng(2)))
+        base: dict[str, float] = {}
+        for n in args.sizes:
+            tasks = generate(spec, n, np.random.default_rng(0), cpu_gflops=cluster.cpu_gflops)
+            real = cluster.sample_noise(n, np.random.default_rng(1))
+            for name, make in pols.items():
+                # timed without tracemalloc: numba's allocations go through it, and the network
+                # policies allocate their candidates at every pick (2x slower traced); best of two
+                # (of three below 10^6, where a run takes milliseconds), as the first run also pays
+                # for page faults on fresh output arrays
+                dt = min(timed(lambda: simulate(tasks, cluster, make(), real)) for _ in range(2 if n >= 10**6 else 3))
+                out = {}
+                _, peak = measure(lambda: out.update(tr=simulate(tasks, cluster, make(), real)))
+                us = dt / n * 1e6
+                base.setdefault(name, us)
+                tr = out["tr"]
+                rows.append({"workload": wname, "policy": name, "tasks": n, "seconds": round(dt, 3),
+                             "tasks_per_s": round(n / dt), "us_per_task": round(us, 3),
+                             "vs_smallest": round(us / base[name], 2), "peak_mb": round(peak, 1),
+                             "mean_latency_s": round(float(np.mean(tr.end - tr.arrival)), 4)})
+    big = [r for r in rows if r["tasks"] == max(args.sizes)]
+    slow = [r for r in big if r["workload"] == "default" and r["tasks_per_s"] < TARGET_TASKS_PER_S]
+    ok = "default" in args.workloads and not slow
+    bent = [r for r in big if r["vs_smallest"] > TARGET_LINEAR]
+    ok_mem = all(r["peak_mb"] < TARGET_PEAK_MB for r in rows)
+    report("bench_late", rows, {"target_tasks_per_s": TARGET_TASKS_PER_S, "target_linear": TARGET_LINEAR,
+                                "target_peak_mb": TARGET_PEAK_MB, "speed_target_met": ok,
+                                "linear_target_met": not bent, "memory_target_met": ok_mem})
+    default_big = [r for r in big if r["workload"] == "default"]
+    lo = min(default_big, key=lambda r: r["tasks_per_s"]) if default_big else None
+    print(f"speed target (>= {TARGET_TASKS_PER_S:,} tasks/s for every late policy at {max(args.sizes):,} on default): "
+          f"{'met' if ok else 'MISSED'} (slowest: {lo['policy'] + ' ' + format(lo['tasks_per_s'], ',') if lo else 'none run'}"
+          f"{'; below: ' + ', '.join(r['policy'] for r in slow) if slow else ''})")
+    worst = max(big, key=lambda r: r["vs_smallest"])
+    print(f"near-linear (us/task at {max(args.sizes):,} / at {min(args.sizes):,} <= {TARGET_LINEAR}): "
+          f"{'met' if not bent else 'MISSED'} (worst {worst['policy']} on {worst['workload']} {worst['vs_smallest']}x"
+          f"{'; above: ' + ', '.join(r['workload'] + '/' + r['policy'] for r in bent) if bent else ''}); "
+          f"memory target (< {TARGET_PEAK_MB} MB): {'met' if ok_mem else 'MISSED'} "
+          f"(peak {max(r['peak_mb'] for r in rows):,} MB)")
+
+
+if __name__ == "__main__":
+    main()
