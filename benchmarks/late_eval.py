@@ -191,7 +191,8 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
     """Models of ``policy`` (a conf entry with a ``model_dir``: ``cem_late``, ``pg_late``, ...) and
     the late heuristics (YAML weights) on the validation stream's draws of ``cem.machine``
     (``[cem.seed, 2, 0]``: never training, selection or evaluation), as mean latency / untuned
-    late EFT's per draw.  ``overrides``: Hydra overrides of conf/ (e.g. of the mixture)."""
+    late EFT's per draw; each model also ÷ the draw's best late heuristic (``vs_best_late``) and
+    on how many draws that is at most 0.9 (issue 22's learned target).  ``overrides``: Hydra overrides of conf/ (e.g. of the mixture)."""
     from hybridsched.kinds.machine.cem_train import _VALID_STREAM, MachineCEMSettings, draw_set
 
     cfg = compose(overrides or [])
@@ -210,8 +211,16 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
         for n in runs:
             ratios[n].append(lat[n] / lat["eft_late_plain"])
     out = {n: {"mean": float(np.mean(r)), "per_draw": np.round(r, 3).tolist()} for n, r in ratios.items()}
+    # issue 22's learned target on these draws: each model / the best late heuristic of the draw
+    best = np.min([ratios[n] for n in LATE], axis=0)
+    for d in dirs:
+        vs = np.asarray(ratios[d]) / best
+        out[d].update(vs_best_late=np.round(vs, 3).tolist(), draws_at_most_0_9=int(np.sum(vs <= 0.9)))
     for n, r in out.items():
         print(f"{n}: {r['mean']:.4f} {r['per_draw']}")
+    for d in dirs:
+        print(f"{d} / the best late heuristic per draw: {out[d]['vs_best_late']} "
+              f"(<= 0.9 on {out[d]['draws_at_most_0_9']} of {len(draws)})")
     return out
 
 

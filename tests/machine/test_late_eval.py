@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -110,6 +111,12 @@ def test_validate_scores_models_of_a_conf_policy_and_the_late_heuristics(tmp_pat
     assert set(r) == {*late_eval.LATE, str(model), str(ranked)}
     assert r["eft_late_plain"]["per_draw"] == [1.0, 1.0]
     assert all(len(v["per_draw"]) == 2 and v["mean"] > 0 for v in r.values())
+    # each model against the draw's best late heuristic, as the learned target counts it
+    for m in (str(model), str(ranked)):
+        best = np.min([r[n]["per_draw"] for n in late_eval.LATE], axis=0)
+        assert r[m]["vs_best_late"] == pytest.approx(np.asarray(r[m]["per_draw"]) / best, rel=1e-2)
+        assert r[m]["draws_at_most_0_9"] == sum(v <= 0.9 for v in r[m]["vs_best_late"])
+    assert "vs_best_late" not in r["eft_late_plain"]
     # the overrides reach the draws: the default-like mixture gives other draws
     _main(monkeypatch, "--validate", str(model), "--validate-policy", "pg_late", "--out", str(tmp_path / "d"),
           *_small_mixture("experiment=default_like"))
