@@ -20,6 +20,7 @@ noise from seed k).
     python -m benchmarks.late_eval --hold-scan 1,2,4,8,16 --out /tmp/late_hold   # the split hold on the validation draws
     python -m benchmarks.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
+    python -m benchmarks.late_eval --noise-seeds 10 --out /tmp/late_noise   # the learned target under 10 noise seeds
     python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,pg_late,cem_late  # one busy minute
 
 The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
@@ -45,7 +46,7 @@ from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.devices import cluster_from_config
 from hybridsched.kinds.machine.scenarios import heldout_workloads
 # the table's code is the scenarios stage's (the pipeline measures the same numbers)
-from hybridsched.kinds.machine.scenarios_late import ARRIVAL, LATE, evaluate, markdown, summary, wide
+from hybridsched.kinds.machine.scenarios_late import ARRIVAL, LATE, LEARNED, evaluate, markdown, ratios, summary, wide
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
@@ -224,6 +225,46 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
     return out
 
 
+def noise_seeds(n_seeds: int, workloads: list[str], heldout: int, heldout_tasks: int, pols_of, overrides: list[str],
+                out: Path) -> dict[str, Any]:
+    """The learned target under other run-time noise: the scenario table (no LP) with noise seed
+    ``seed + 1000 s`` for ``s < n_seeds`` (``s = 0``: the committed table's noise; the tasks never
+    change), per seed how many scenarios each learned policy is ≤ 0.9× the best heuristic of its
+    own mode, and per scenario the range of each ratio over the seeds."""
+    scen: list[tuple[str, Any, Any, int]] = []
+    for wname in workloads:
+        cfg = compose([*WORKLOADS[wname], *overrides])
+        cluster = cluster_from_config(cfg["cluster"])
+        _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
+        scen.append((wname, test, cluster, int(cfg["sim"]["seed"])))
+    cfg = compose(overrides)
+    cluster = cluster_from_config(cfg["cluster"])
+    for k, w in enumerate(heldout_workloads(heldout, cluster)):
+        scen.append((w["name"], generate(heldout_spec(w), heldout_tasks, np.random.default_rng(k),
+                                         cpu_gflops=cluster.cpu_gflops), cluster, k))
+    per_seed = []
+    for s in range(n_seeds):
+        frames = [evaluate(name, tasks, cl, seed + 1000 * s, pols_of(name), None, None, quiet=True)
+                  for name, tasks, cl, seed in scen]
+        r = ratios(frames)
+        r.insert(0, "noise", s)
+        per_seed.append(r)
+        counts = {n: int((r[f"{n}_vs_heuristic"] <= 0.9).sum()) for n in LEARNED if f"{n}_vs_heuristic" in r}
+        print(f"noise {s}: scenarios at most 0.9x the best heuristic of the same mode: {counts}", flush=True)
+    allr = pd.concat(per_seed, ignore_index=True)
+    learned = [n for n in LEARNED if f"{n}_vs_heuristic" in allr]
+    counts = pd.DataFrame([{"noise": s, **{n: int((g[f"{n}_vs_heuristic"] <= 0.9).sum()) for n in learned}}
+                           for s, g in allr.groupby("noise")])
+    spread = allr.groupby("scenario", sort=False)[[f"{n}_vs_heuristic" for n in learned]].agg(["min", "median", "max"])
+    spread.columns = [f"{a.removesuffix('_vs_heuristic')} {b}" for a, b in spread.columns]
+    write_frame(out / "noise_seeds.csv", allr)
+    text = (f"Scenarios (of {len(scen)}) where each learned policy is ≤ 0.9× the best heuristic of its mode, per noise seed:\n\n"
+            + markdown(counts) + "\n\nEach ratio's min / median / max over the seeds:\n\n" + markdown(spread.round(3).reset_index()))
+    write_text(out / "noise_seeds.md", text)
+    print(text)
+    return {"counts": counts.to_dict(orient="records")}
+
+
 def srpt_mean_flow(release: np.ndarray, work: np.ndarray) -> float:
     """Mean flow time of preemptive SRPT on one machine (optimal for total flow time there)."""
     import heapq
@@ -361,6 +402,8 @@ def main() -> None:
     ap.add_argument("--train-pg", default=None, metavar="DIR",
                     help="only train pg_late into DIR (late_pg_train.LatePGSettings; --pg-set key=value,...)")
     ap.add_argument("--pg-set", default="", help="LatePGSettings overrides, e.g. iterations=2,init=DIR")
+    ap.add_argument("--noise-seeds", type=int, default=0, metavar="N",
+                    help="the learned target under N run-time noise seeds (no LP): <out>/noise_seeds.md")
     ap.add_argument("--out", default="metrics/late")
     ap.add_argument("--validate-policy", default="cem_late", metavar="NAME",
                     help="--validate: the conf policy (policies.machine.NAME) whose model_dir each DIR replaces")
@@ -384,6 +427,17 @@ def main() -> None:
         r = hold_scan([float(x) for x in args.hold_scan.split(",")], args.overrides)
         write_json(out / "hold_scan.json", r)
         write_text(out / "hold_scan.md", pd.DataFrame(r["draws"]).to_markdown(index=False, floatfmt=".4g"))
+        return
+    if args.noise_seeds:
+        cfgs = {w: compose([*WORKLOADS[w], *args.overrides]) for w in args.workloads.split(",") if w}
+        base = compose(args.overrides)
+
+        def pols_of(name: str) -> dict[str, Any]:
+            return policies(cfgs.get(name, base), args.cem_model, args.cem_late_model, args.dqn_late_model,
+                            args.pg_late_model)
+
+        write_json(out / "noise_seeds.json", noise_seeds(args.noise_seeds, list(cfgs), args.heldout, args.heldout_tasks,
+                                                         pols_of, args.overrides, out))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     if args.analyse:

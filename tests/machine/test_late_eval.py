@@ -161,3 +161,23 @@ def test_tune_entry_point_takes_named_heuristics_and_refuses_one_without_a_space
     assert set(tuned["eft_rank"]["params"]) == {"beta_cpu", "beta_gpu", "backlog_s", "kappa"}
     with pytest.raises(HybridschedError, match=r"tune: no search space tune.spaces.<name> for \['eft_late_plain'\]"):
         _main(monkeypatch, "--tune", "2", "--tune-policies", "eft_late_plain", "--out", str(tmp_path / "u"))
+
+
+def test_noise_seeds_shrunk_reproduce_the_table_at_seed_0(tmp_path, monkeypatch):
+    # the documented `--noise-seeds 10`, shrunk: default and one small held-out draw, two seeds;
+    # noise 0 is the ordinary table's noise (the same ratios as its rows), noise 1 is other noise
+    none = str(tmp_path / "no_model")
+    common = ["--workloads", "default", "--heldout", "1", "--heldout-tasks", "300", "--cem-model", none,
+              "--cem-late-model", none, "--dqn-late-model", none]
+    _main(monkeypatch, "--noise-seeds", "2", *common, "--out", str(tmp_path / "n"))
+    _main(monkeypatch, "--no-lp", *common, "--out", str(tmp_path / "t"))
+    allr = pd.read_csv(tmp_path / "n" / "noise_seeds.csv")
+    assert sorted(set(allr["noise"])) == [0, 1] and len(allr) == 4
+    table = late_eval.ratios([pd.read_csv(tmp_path / "t" / f"{s}.csv") for s in ("default", "heldout0")])
+    seed0 = allr[allr["noise"] == 0].reset_index(drop=True)
+    assert seed0["pg_late_vs_heuristic"].tolist() == pytest.approx(table["pg_late_vs_heuristic"].tolist(), rel=1e-12)
+    assert seed0["best_late"].tolist() != allr[allr["noise"] == 1]["best_late"].tolist()
+    counts = json.loads((tmp_path / "n" / "noise_seeds.json").read_text())["counts"]
+    assert [c["noise"] for c in counts] == [0, 1]
+    assert counts[0]["pg_late"] == int((seed0["pg_late_vs_heuristic"] <= 0.9).sum())
+    assert "min / median / max" in (tmp_path / "n" / "noise_seeds.md").read_text()
