@@ -20,8 +20,7 @@ import numpy as np
 
 from benchmarks.common import measure, parse, project_path, report, settings
 from hybridsched.devices import cluster_from_config
-from hybridsched.kinds.base import instantiate
-from hybridsched.kinds.machine.scenarios_late import LATE
+from hybridsched.kinds.machine.scenarios_late import LATE, factories
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, spec_from_config
 
@@ -32,21 +31,11 @@ TARGET_PEAK_MB = 1536
 
 
 def late_policies(cfg: dict) -> dict:
-    """Name -> a fresh policy, for every late heuristic and learned late policy of ``cfg``
-    (a learned one's ``model_dir`` taken from the project root, as the stages run)."""
-    specs = cfg["policies"]["machine"]
-    out = {}
-    for name in (*LATE, *LEARNED_LATE):
-        spec = dict(specs[name])
-        if "model_dir" in spec:
-            spec["model_dir"] = str(project_path(spec["model_dir"]))
-        out[name] = lambda spec=spec, name=name: _named(instantiate(spec), name)
-    return out
-
-
-def _named(policy, name: str):
-    policy.name = name
-    return policy
+    """Name -> a fresh policy, for every late heuristic and learned late policy of ``cfg`` (the
+    scenarios stage's factories; a learned one's ``model_dir`` taken from the project root)."""
+    specs = {n: {**s, "model_dir": str(project_path(s["model_dir"]))} if "model_dir" in s else s
+             for n, s in cfg["policies"]["machine"].items()}
+    return factories(specs, [*LATE, *LEARNED_LATE])
 
 
 def timed(fn) -> float:

@@ -225,27 +225,35 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
     return out
 
 
-def noise_seeds(n_seeds: int, workloads: list[str], heldout: int, heldout_tasks: int, pols_of, overrides: list[str],
-                out: Path) -> dict[str, Any]:
-    """The learned target under other run-time noise: the scenario table (no LP) with noise seed
-    ``seed + 1000 s`` for ``s < n_seeds`` (``s = 0``: the committed table's noise; the tasks never
-    change), per seed how many scenarios each learned policy is ≤ 0.9× the best heuristic of its
-    own mode, and per scenario the range of each ratio over the seeds."""
-    scen: list[tuple[str, Any, Any, int]] = []
+def scenarios(workloads: list[str], heldout: int, heldout_tasks: int,
+              overrides: list[str]) -> list[tuple[str, Any, Any, int, dict[str, Any]]]:
+    """The report's scenarios as ``(name, tasks, cluster, noise seed, config)``: each named
+    workload's test split (noise seed ``sim.seed``), then held-out draws 0 .. ``heldout`` - 1
+    (tasks and noise from seed k)."""
+    out = []
     for wname in workloads:
         cfg = compose([*WORKLOADS[wname], *overrides])
         cluster = cluster_from_config(cfg["cluster"])
         _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
-        scen.append((wname, test, cluster, int(cfg["sim"]["seed"])))
+        out.append((wname, test, cluster, int(cfg["sim"]["seed"]), cfg))
     cfg = compose(overrides)
     cluster = cluster_from_config(cfg["cluster"])
     for k, w in enumerate(heldout_workloads(heldout, cluster)):
-        scen.append((w["name"], generate(heldout_spec(w), heldout_tasks, np.random.default_rng(k),
-                                         cpu_gflops=cluster.cpu_gflops), cluster, k))
+        tasks = generate(heldout_spec(w), heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
+        out.append((w["name"], tasks, cluster, k, cfg))
+    return out
+
+
+def noise_seeds(n_seeds: int, scen: list[tuple[str, Any, Any, int, dict[str, Any]]], pols_of, out: Path) -> dict[str, Any]:
+    """The learned target under other run-time noise: the scenario table (no LP) with noise seed
+    ``seed + 1000 s`` for ``s < n_seeds`` (``s = 0``: the committed table's noise; the tasks never
+    change), per seed how many scenarios each learned policy is ≤ 0.9× the best heuristic of its
+    own mode, and per scenario the range of each ratio over the seeds.  ``pols_of(cfg)``: the
+    policies of a scenario's config."""
     per_seed = []
     for s in range(n_seeds):
-        frames = [evaluate(name, tasks, cl, seed + 1000 * s, pols_of(name), None, None, quiet=True)
-                  for name, tasks, cl, seed in scen]
+        frames = [evaluate(name, tasks, cl, seed + 1000 * s, pols_of(cfg), None, None, quiet=True)
+                  for name, tasks, cl, seed, cfg in scen]
         r = ratios(frames)
         r.insert(0, "noise", s)
         per_seed.append(r)
@@ -428,21 +436,17 @@ def main() -> None:
         write_json(out / "hold_scan.json", r)
         write_text(out / "hold_scan.md", pd.DataFrame(r["draws"]).to_markdown(index=False, floatfmt=".4g"))
         return
+    def pols_of(cfg: dict[str, Any]) -> dict[str, Any]:
+        return policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
+
     if args.noise_seeds:
-        cfgs = {w: compose([*WORKLOADS[w], *args.overrides]) for w in args.workloads.split(",") if w}
-        base = compose(args.overrides)
-
-        def pols_of(name: str) -> dict[str, Any]:
-            return policies(cfgs.get(name, base), args.cem_model, args.cem_late_model, args.dqn_late_model,
-                            args.pg_late_model)
-
-        write_json(out / "noise_seeds.json", noise_seeds(args.noise_seeds, list(cfgs), args.heldout, args.heldout_tasks,
-                                                         pols_of, args.overrides, out))
+        scen = scenarios([w for w in args.workloads.split(",") if w], args.heldout, args.heldout_tasks, args.overrides)
+        write_json(out / "noise_seeds.json", noise_seeds(args.noise_seeds, scen, pols_of, out))
         return
     lp = None if args.no_lp else LPSettings(rho=args.lp_rho)
     if args.analyse:
         cfg = compose([*WORKLOADS[args.analyse_on], *args.overrides])
-        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
+        pols = pols_of(cfg)
         table = analyse(cfg, pols, [n for n in args.analyse.split(",") if n in pols])
         write_frame(out / "analyse.csv", table)
         write_text(out / "analyse.md", markdown(table.round(3)))
@@ -450,30 +454,19 @@ def main() -> None:
         return
     if args.gantt:
         cfg = compose(args.overrides)
-        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
+        pols = pols_of(cfg)
         gantt(cfg, pols, [n for n in args.gantt_policies.split(",") if n in pols], Path(args.gantt))
         return
     if args.sweep:
         cfg = compose(args.overrides)
-        frames = sweep(cfg, policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model),
+        frames = sweep(cfg, pols_of(cfg),
                        [float(x) for x in args.loads.split(",")], args.sweep_tasks, lp, out)
         write_text(out / "late_sweep.md", wide(frames) + "\n" + summary(frames))
         print(wide(frames) + "\n" + summary(frames))
         return
-    frames = []
-    for wname in [w for w in args.workloads.split(",") if w]:
-        cfg = compose([*WORKLOADS[wname], *args.overrides])
-        cluster = cluster_from_config(cfg["cluster"])
-        _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
-        frames.append(evaluate(wname, test, cluster, int(cfg["sim"]["seed"]),
-                               policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model), lp, out))
-    if args.heldout:
-        cfg = compose(args.overrides)
-        cluster = cluster_from_config(cfg["cluster"])
-        pols = policies(cfg, args.cem_model, args.cem_late_model, args.dqn_late_model, args.pg_late_model)
-        for k, w in enumerate(heldout_workloads(args.heldout, cluster)):
-            tasks = generate(heldout_spec(w), args.heldout_tasks, np.random.default_rng(k), cpu_gflops=cluster.cpu_gflops)
-            frames.append(evaluate(w["name"], tasks, cluster, k, pols, lp, out))
+    frames = [evaluate(name, tasks, cluster, seed, pols_of(cfg), lp, out)
+              for name, tasks, cluster, seed, cfg in scenarios([w for w in args.workloads.split(",") if w],
+                                                               args.heldout, args.heldout_tasks, args.overrides)]
     write_text(out / "late.md", wide(frames) + "\n" + summary(frames))
     print(wide(frames) + "\n" + summary(frames))
 
