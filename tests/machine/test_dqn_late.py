@@ -17,8 +17,17 @@ from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.kinds.machine.cem_train import MachineCEMSettings
 from hybridsched.kinds.machine.late_dqn_train import LateDQNSettings, _net, _weights_of, decision_rewards, q_numpy, train
 from hybridsched.kinds.machine.metrics import check_trace
-from hybridsched.kinds.machine.policies.late import EFTLate
-from hybridsched.kinds.machine.policies.late_dqn import N_FEAT, DQNLate, forward_params, n_weights, q_values
+from hybridsched.kinds.machine.policies.late import _B_CPU, _B_GPU, EFTLate, split_charged
+from hybridsched.kinds.machine.policies.late_dqn import (
+    N_FEAT,
+    DQNLate,
+    forward_params,
+    grid_start,
+    head_params,
+    n_weights,
+    q_values,
+    split_options,
+)
 from tests.conftest import small_workload
 from tests.machine.sim_helpers import parents_of, run
 
@@ -60,6 +69,37 @@ def _row_by_row(feat: np.ndarray, w: np.ndarray, hidden: int) -> np.ndarray:
                 v += w[w3 + r] * acc
         out.append(v - x[N_FEAT])
     return np.asarray(out)
+
+
+def test_split_options_is_split_charged_per_option():
+    # the candidates' one-pass split search gives each option exactly what split_charged gives
+    from hybridsched.kinds.machine.engine import task_matrix
+    from hybridsched.kinds.machine.policies.base import fraction_grid
+
+    cluster = Cluster(n_gpus=2)
+    tasks = small_workload(200, seed=7, memory_range=(50.0, 30000.0))
+    X = task_matrix(tasks, cluster)
+    rng = np.random.default_rng(3)
+    out = np.empty((3, 4))
+    differ = 0
+    for step in (0.05, 0.25):
+        params = head_params(cluster, 4, np.zeros(n_weights(4)), fraction_grid(step),
+                             {"beta_cpu": 11.0, "beta_gpu": 7.14, "backlog_s": 1.6},
+                             {"beta_cpu": 1.0, "beta_gpu": 2.0, "backlog_s": 0.0})
+        grid0 = grid_start(4)
+        for i in range(len(tasks)):
+            t, cpu_free, gpu_free = rng.uniform(0, 5), rng.uniform(0, 8), rng.uniform(0, 8)
+            s_b, s_c = rng.uniform(0, 1), rng.uniform(0, 1)
+            for n_opt in (2, 3):
+                split_options(i, t, cpu_free, gpu_free, X, params, grid0, s_b, s_c, n_opt, out)
+                b = params[_B_CPU], params[_B_GPU]
+                want = [split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s_b * 0, *b),
+                        split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s_b, *b),
+                        split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s_c, 1.0, 2.0)]
+                for o in range(n_opt):
+                    assert tuple(out[o]) == want[o]
+                differ += len({w[0] for w in want}) > 1
+    assert differ > 50  # the three charges do pick different splits
 
 
 def test_forward_passes_agree():

@@ -89,6 +89,18 @@ def split_of(i, t, cpu_free, gpu_free, X, params, grid0, s):
 
 
 @njit
+def split_times(f, c_s, g_s, launch, cpu_free, gpu_free):
+    """CPU seconds, GPU seconds and believed finish of GPU share ``f`` of a task of ``c_s`` CPU
+    and ``g_s`` GPU seconds, on the believed free times of the CPU and the GPU."""
+    cb = (1.0 - f) * c_s
+    gb = launch + f * g_s
+    fin = gpu_free + gb
+    if f < 1.0:
+        fin = max(fin, cpu_free + cb)
+    return cb, gb, fin
+
+
+@njit
 def split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s, b_cpu, b_gpu):
     """``split_of`` with the work charge's weights given: the cheapest ``(finish - t) + s *
     (b_cpu * cpu_busy + b_gpu * gpu_busy)`` on the fraction grid (``params[grid0 + 1:]``)."""
@@ -104,11 +116,7 @@ def split_charged(i, t, cpu_free, gpu_free, X, params, grid0, s, b_cpu, b_gpu):
         f = params[k]
         if f > X[i, MAX_F]:
             break
-        cb = (1.0 - f) * c_s
-        gb = launch + f * g_s
-        fin = gpu_free + gb
-        if f < 1.0:
-            fin = max(fin, cpu_free + cb)
+        cb, gb, fin = split_times(f, c_s, g_s, launch, cpu_free, gpu_free)
         cost = fin - t + s * (b_cpu * cb + b_gpu * gb)
         if cost < best:
             best = cost

@@ -39,13 +39,14 @@ import numpy as np
 from numba import njit
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.engine import CPU_S, GPU_S
+from hybridsched.kinds.machine.engine import CPU_S, GPU_S, MAX_F
 from hybridsched.kinds.machine.late_engine import RESERVED
 from hybridsched.kinds.machine.policies.late import (
     _ALONE,
     _B_CPU,
     _B_GPU,
     _BACKLOG,
+    _LAUNCH,
     _N_PARAMS,
     _SLACK,
     _RANK,
@@ -53,7 +54,7 @@ from hybridsched.kinds.machine.policies.late import (
     LateList,
     least_free_gpu,
     load_scale,
-    split_charged,
+    split_times,
     start_device,
     task_data,
 )
@@ -82,6 +83,47 @@ def _sq(x):
 
 
 @njit
+def split_options(i, t, cpu_free, gpu_free, X, params, grid0, s_b, s_c, n_opt, out):
+    """``out[o] = (f, finish, cpu_busy, gpu_busy)`` of task ``i``'s split under option ``o``
+    (module docstring): A (no charge), B (option B's charge at scale ``s_b``) and, when
+    ``n_opt`` is 3, C (option C's at ``s_c``), in one pass over the fraction grid.  Each is
+    ``late.split_charged``'s result with the same arithmetic in the same order (tested)."""
+    c_s = X[i, CPU_S]
+    g_s = X[i, GPU_S]
+    launch = params[_LAUNCH]
+    b_cpu, b_gpu = params[_B_CPU], params[_B_GPU]
+    c_cpu, c_gpu = params[_C_CPU], params[_C_GPU]
+    s_a = s_b * 0.0  # A is B's rule with no charge
+    fin0 = cpu_free + c_s
+    best_a = fin0 - t + s_a * b_cpu * c_s
+    best_b = fin0 - t + s_b * b_cpu * c_s
+    best_c = fin0 - t + s_c * c_cpu * c_s
+    for o in range(3):
+        out[o, 0] = 0.0
+        out[o, 1] = fin0
+        out[o, 2] = c_s
+        out[o, 3] = 0.0
+    for k in range(grid0 + 1, params.shape[0]):
+        f = params[k]
+        if f > X[i, MAX_F]:
+            break
+        cb, gb, fin = split_times(f, c_s, g_s, launch, cpu_free, gpu_free)
+        cost = fin - t + s_a * (b_cpu * cb + b_gpu * gb)
+        if cost < best_a:
+            best_a = cost
+            out[0, 0], out[0, 1], out[0, 2], out[0, 3] = f, fin, cb, gb
+        cost = fin - t + s_b * (b_cpu * cb + b_gpu * gb)
+        if cost < best_b:
+            best_b = cost
+            out[1, 0], out[1, 1], out[1, 2], out[1, 3] = f, fin, cb, gb
+        if n_opt == 3:
+            cost = fin - t + s_c * (c_cpu * cb + c_gpu * gb)
+            if cost < best_c:
+                best_c = cost
+                out[2, 0], out[2, 1], out[2, 2], out[2, 3] = f, fin, cb, gb
+
+
+@njit
 def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0):
     """Every startable (task, split) candidate: features (n, N_FEAT + 1; the last column is the
     prior ``finish / m``), pool position, start device, split, and the GPU of the splits."""
@@ -107,18 +149,15 @@ def candidates(t, pool, n_pool, idle, est, X, qlen, ready, pdata, params, grid0)
     ck = np.empty(n_opt * n_pool, dtype=np.int64)
     cd = np.empty(n_opt * n_pool, dtype=np.int64)
     cf = np.empty(n_opt * n_pool)
+    opts = np.empty((3, 4))
     c = 0
     for k in range(n_pool):
         i = pool[k]
         f_a = -1.0
         f_b = -1.0
+        split_options(i, t, est[0], est[g + 1], X, params, grid0, s_b, s_c, n_opt, opts)
         for opt in range(n_opt):
-            if opt < 2:  # A is B's rule with no charge (s = 0)
-                f, fin, cb, gb = split_charged(i, t, est[0], est[g + 1], X, params, grid0, s_b * opt,
-                                               params[_B_CPU], params[_B_GPU])
-            else:
-                f, fin, cb, gb = split_charged(i, t, est[0], est[g + 1], X, params, grid0, s_c,
-                                               params[_C_CPU], params[_C_GPU])
+            f, fin, cb, gb = opts[opt, 0], opts[opt, 1], opts[opt, 2], opts[opt, 3]
             if opt == 0:
                 f_a = f
             elif opt == 1:
