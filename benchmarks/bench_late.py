@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import measure, parse, project_path, report, settings
+from benchmarks.common import ROOT, measure, parse, project_path, report, settings
 from hybridsched.devices import cluster_from_config
 from hybridsched.kinds.machine.scenarios_late import LATE, factories
 from hybridsched.kinds.machine.sim import simulate
@@ -50,11 +50,17 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--workloads", nargs="+", default=["default", "bursty"])
     args = parse(ap)
+    known = sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml"))
+    unknown = [w for w in args.workloads if w not in known]
+    if unknown:
+        ap.error(f"--workloads: unknown workload(s) {unknown}; known: {known}")
     if args.smoke:
         args.sizes = [1000, 2000]
     rows = []
     for wname in args.workloads:
         cfg = settings([f"workload={wname}", *args.overrides])
+        if cfg["workload"].get("kind", "machine") != "machine":
+            ap.error(f"--workloads: {wname} is a {cfg['workload']['kind']} workload; late dispatch is the machine kind's")
         cluster = cluster_from_config(cfg["cluster"])
         spec = spec_from_config(cfg["workload"], "test")
         pols = late_policies(cfg)

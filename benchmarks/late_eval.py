@@ -250,19 +250,19 @@ def noise_seeds(n_seeds: int, scen: list[tuple[str, Any, Any, int, dict[str, Any
     change), per seed how many scenarios each learned policy is ≤ 0.9× the best heuristic of its
     own mode, and per scenario the range of each ratio over the seeds.  ``pols_of(cfg)``: the
     policies of a scenario's config."""
-    per_seed = []
+    per_seed, rows = [], []
     for s in range(n_seeds):
         frames = [evaluate(name, tasks, cl, seed + 1000 * s, pols_of(cfg), None, None, quiet=True)
                   for name, tasks, cl, seed, cfg in scen]
         r = ratios(frames)
         r.insert(0, "noise", s)
         per_seed.append(r)
-        counts = {n: int((r[f"{n}_vs_heuristic"] <= 0.9).sum()) for n in LEARNED if f"{n}_vs_heuristic" in r}
-        print(f"noise {s}: scenarios at most 0.9x the best heuristic of the same mode: {counts}", flush=True)
+        rows.append({"noise": s, **{n: int((r[f"{n}_vs_heuristic"] <= 0.9).sum())
+                                    for n in LEARNED if f"{n}_vs_heuristic" in r}})
+        print(f"noise {s}: scenarios at most 0.9x the best heuristic of the same mode: {rows[-1]}", flush=True)
     allr = pd.concat(per_seed, ignore_index=True)
     learned = [n for n in LEARNED if f"{n}_vs_heuristic" in allr]
-    counts = pd.DataFrame([{"noise": s, **{n: int((g[f"{n}_vs_heuristic"] <= 0.9).sum()) for n in learned}}
-                           for s, g in allr.groupby("noise")])
+    counts = pd.DataFrame(rows)
     spread = allr.groupby("scenario", sort=False)[[f"{n}_vs_heuristic" for n in learned]].agg(["min", "median", "max"])
     spread.columns = [f"{a.removesuffix('_vs_heuristic')} {b}" for a, b in spread.columns]
     write_frame(out / "noise_seeds.csv", allr)
@@ -332,6 +332,14 @@ def hold_scan(slacks: list[float], overrides: list[str] | None = None) -> dict[s
         rows.append(row)
         print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
     return {"slacks": slacks, "draws": rows}
+
+
+def _non_negative(text: str) -> int:
+    """An argparse type: an integer >= 0 (argparse prints the one-line error)."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
 
 
 def settings_from(cls, text: str, flag: str):
@@ -410,7 +418,7 @@ def main() -> None:
     ap.add_argument("--train-pg", default=None, metavar="DIR",
                     help="only train pg_late into DIR (late_pg_train.LatePGSettings; --pg-set key=value,...)")
     ap.add_argument("--pg-set", default="", help="LatePGSettings overrides, e.g. iterations=2,init=DIR")
-    ap.add_argument("--noise-seeds", type=int, default=0, metavar="N",
+    ap.add_argument("--noise-seeds", type=_non_negative, default=0, metavar="N",
                     help="the learned target under N run-time noise seeds (no LP): <out>/noise_seeds.md")
     ap.add_argument("--out", default="metrics/late")
     ap.add_argument("--validate-policy", default="cem_late", metavar="NAME",

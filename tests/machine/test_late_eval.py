@@ -181,3 +181,16 @@ def test_noise_seeds_shrunk_reproduce_the_table_at_seed_0(tmp_path, monkeypatch)
     assert [c["noise"] for c in counts] == [0, 1]
     assert counts[0]["pg_late"] == int((seed0["pg_late_vs_heuristic"] <= 0.9).sum())
     assert "min / median / max" in (tmp_path / "n" / "noise_seeds.md").read_text()
+
+
+def test_bad_counts_and_workloads_are_one_line(monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        _main(monkeypatch, "--noise-seeds", "-1", "--out", "/tmp/never_written")
+    assert "argument --noise-seeds: must be >= 0, got -1" in capsys.readouterr().err
+    from benchmarks import bench_late
+
+    for bad, line in (("nosuch", "unknown workload(s) ['nosuch']"), ("serving", "serving is a serving workload")):
+        monkeypatch.setattr(sys, "argv", ["bench_late", "--smoke", "--workloads", bad])
+        with pytest.raises(SystemExit):
+            bench_late.main()
+        assert line in capsys.readouterr().err
