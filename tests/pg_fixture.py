@@ -1,8 +1,9 @@
 """A throw-away PostgreSQL server for tests (Debian `postgresql`), started and stopped by the fixture.
 
-Use it from any test module with ``from tests.pg_fixture import postgres_url  # noqa: F401`` and a
-``postgres_url`` argument: a SQLAlchemy URL ``postgresql+psycopg://postgres@127.0.0.1:PORT/tests``
-of an empty database.  Skips (with the reason) when PostgreSQL or pytest-postgresql is missing.
+Use it from any test module with ``from tests.pg_fixture import postgres_server, postgres_url  # noqa:
+F401`` and a ``postgres_url`` argument: a SQLAlchemy URL ``postgresql+psycopg://postgres@127.0.0.1:PORT/tests``
+of an empty database (``create_database`` makes another on the same server).  Skips (with the
+reason) when PostgreSQL or pytest-postgresql is missing.
 
 PostgreSQL refuses to run as root (``pg_ctl: cannot be run as root``) and pytest's temp dirs are
 0700, so the server lives in its own 0755 directory under /tmp owned by ``postgres``, and, when the
@@ -15,6 +16,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,17 +39,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _connect_when_ready(port: int, timeout: float = 120.0):  # noqa: ANN202
+    """A connection to the ``postgres`` database once the server accepts one.
+
+    ``pg_ctl -w`` can return while the server still answers "the database system is starting up"
+    (seen on a loaded 2-core CI machine), so connect until it stops refusing or ``timeout`` passes.
+    """
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True)
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """URL of a fresh database on a PostgreSQL server that lives for the test session."""
+def postgres_server() -> Iterator[int]:
+    """Port of a PostgreSQL server on 127.0.0.1 that lives for the test session (per xdist worker)."""
     bin_dir = _pg_bin()
     if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (Debian package `postgresql`)")
+        pytest.skip("PostgreSQL is not installed (Debian package `postgresql`; `make system-deps`)")
     try:
         from pytest_postgresql.executors.proc import PostgreSQLExecutor
     except ImportError:
         pytest.skip("pytest-postgresql is not installed")
-    import psycopg
 
     base = Path(tempfile.mkdtemp(prefix="pg", dir="/tmp"))
     os.chmod(base, 0o755)
@@ -67,9 +86,8 @@ def postgres_url() -> Iterator[str]:
     try:
         ex.init_directory()
         ex.start()
-        with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as c:
-            c.execute("CREATE DATABASE tests")
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/tests"
+        _connect_when_ready(port).close()
+        yield port
     finally:
         try:
             ex.stop()
@@ -77,6 +95,19 @@ def postgres_url() -> Iterator[str]:
             shutil.rmtree(base, ignore_errors=True)
             if pg_ctl.name == "pg_ctl" and pg_ctl.parent.name.startswith("pgctl"):
                 shutil.rmtree(pg_ctl.parent, ignore_errors=True)
+
+
+def create_database(port: int, name: str) -> str:
+    """Create an empty database ``name`` on the server at ``port``; its SQLAlchemy URL."""
+    with _connect_when_ready(port) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/{name}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: int) -> str:
+    """URL of a fresh database ``tests`` on the session's PostgreSQL server."""
+    return create_database(postgres_server, "tests")
 
 
 ROOT_CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.tuning import TuneSettings, run_study
 from tests.conftest import small_workload
-from tests.pg_fixture import ROOT_CONF, postgres_url  # noqa: F401  (fixture)
+from tests.pg_fixture import ROOT_CONF, postgres_server, postgres_url  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 

@@ -6,18 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import stat
 import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from hybridsched.service.settings import ServiceSettings, load_settings
+from tests.pg_fixture import create_database, postgres_server  # noqa: F401  (fixture)
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 CLASSIC = ["round_robin", "greedy", "eft"]
 
 
@@ -108,41 +105,10 @@ def thread_server():
 
 # --- PostgreSQL ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def postgresql_url():
-    """A throw-away PostgreSQL server (Debian postgresql 15) in a temp dir, as the postgres user
-    (PostgreSQL refuses root): pg_ctl runs through a wrapper that hands the folder to postgres."""
-    if not (PG_BIN / "pg_ctl").exists():
-        pytest.skip("PostgreSQL is not installed (Debian package postgresql; `make system-deps`)")
-    from pytest_postgresql.executors import PostgreSQLExecutor
-    from pytest_postgresql.janitor import DatabaseJanitor
-
-    root = Path(tempfile.mkdtemp(prefix="hybridsched-pg-"))
-    root.chmod(0o755)  # the postgres user must reach its data dir
-    wrapper = root / "pg_ctl"
-    runs_as_root = os.geteuid() == 0
-    wrapper.write_text("#!/bin/sh\n"
-                       + (f'chown -R postgres "{root}/pg"\nexec runuser -u postgres -- {PG_BIN}/pg_ctl "$@"\n'
-                          if runs_as_root else f'exec {PG_BIN}/pg_ctl "$@"\n'))
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    (root / "pg").mkdir()
-    if runs_as_root:
-        shutil.chown(root / "pg", "postgres")
-    port = free_port()
-    ex = PostgreSQLExecutor(executable=str(wrapper), host="127.0.0.1", port=port, datadir=str(root / "pg" / "data"),
-                            unixsocketdir=str(root / "pg"), logfile=str(root / "pg" / "log"), startparams="-w",
-                            dbname="hybridsched_test", user="postgres")
-    try:
-        ex.start()
-    except Exception as e:  # noqa: BLE001
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"PostgreSQL could not start here: {str(e).splitlines()[0]}")
-    try:
-        with DatabaseJanitor(user="postgres", host="127.0.0.1", port=port, dbname="hybridsched_test",
-                             version=ex.version, password=None):
-            yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/hybridsched_test"
-    finally:
-        ex.stop()
-        shutil.rmtree(root, ignore_errors=True)
+def postgresql_url(postgres_server: int) -> str:  # noqa: F811
+    """An empty database ``hybridsched_test`` on the session's throw-away PostgreSQL server
+    (tests/pg_fixture.py: started as the ``postgres`` user, waited for, stopped at the end)."""
+    return create_database(postgres_server, "hybridsched_test")
 
 
 # --- Redis ------------------------------------------------------------------------------------------
