@@ -45,6 +45,13 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def repeats(n: int) -> int:
+    """Runs timed at ``n`` tasks (the best counts): about 3·10^5 tasks' worth, at least 2 and at
+    most 30. A 10^4-task run takes milliseconds, so its best of three moved the linearity ratio
+    (10^6 ÷ 10^4) by ±30 % between runs; thirty of them cost a fifth of a second."""
+    return max(2, min(30, 300_000 // n))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -73,10 +80,9 @@ def main() -> None:
             real = cluster.sample_noise(n, np.random.default_rng(1))
             for name, make in pols.items():
                 # timed without tracemalloc: numba's allocations go through it, and the network
-                # policies allocate their candidates at every pick (2x slower traced); best of two
-                # (of three below 10^6, where a run takes milliseconds), as the first run also pays
-                # for page faults on fresh output arrays
-                dt = min(timed(lambda: simulate(tasks, cluster, make(), real)) for _ in range(2 if n >= 10**6 else 3))
+                # policies allocate their candidates at every pick (2x slower traced); best of
+                # `repeats(n)`, as the first run also pays for page faults on fresh output arrays
+                dt = min(timed(lambda: simulate(tasks, cluster, make(), real)) for _ in range(repeats(n)))
                 out = {}
                 _, peak = measure(lambda: out.update(tr=simulate(tasks, cluster, make(), real)))
                 us = dt / n * 1e6
