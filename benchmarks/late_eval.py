@@ -236,6 +236,8 @@ def scenarios(workloads: list[str], heldout: int, heldout_tasks: int,
         cluster = cluster_from_config(cfg["cluster"])
         _, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         out.append((wname, test, cluster, int(cfg["sim"]["seed"]), cfg))
+    if heldout == 0:
+        return out
     cfg = compose(overrides)
     cluster = cluster_from_config(cfg["cluster"])
     for k, w in enumerate(heldout_workloads(heldout, cluster)):
