@@ -47,6 +47,19 @@ def test_search_improves_reruns_and_repeats(tmp_path, monkeypatch):
     assert ((shares == -1.0) | ((shares >= 0) & (shares <= 1))).all() and (shares >= 0).any()  # some fixed
 
 
+def test_order_only_and_shares_only(tmp_path, monkeypatch):
+    def run(*argv: str) -> dict:
+        out = tmp_path / "_".join(argv)
+        _main(monkeypatch, *argv, "--window", "10", "--other-noise", "0", "--out", str(out), *SHRINK)
+        return json.loads((out / "offline_schedule.json").read_text())
+
+    start = run("--iters", "0")
+    order_only = run("--iters", "300", "--split-moves", "0")
+    shares_only = run("--iters", "300", "--split-moves", "1")
+    assert all(f == -1.0 for f in order_only["gpu_share"]) and order_only["key"] != start["key"]
+    assert shares_only["key"] == start["key"] and any(f >= 0 for f in shares_only["gpu_share"])
+
+
 def test_blind_search_does_not_see_the_scenario_noise(tmp_path, monkeypatch):
     out = tmp_path / "blind"
     _main(monkeypatch, "--iters", "200", "--window", "10", "--blind", "2", "--other-noise", "0", "--out", str(out), *SHRINK)
