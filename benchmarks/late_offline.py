@@ -168,7 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="default", choices=list(WORKLOADS))
     ap.add_argument("--start", default="heft_late", choices=list(LATE),
-                    help="the late heuristic whose run starts the search (and whose queue slack and reserved order it keeps)")
+                    help="the late heuristic whose run starts the search, and whose split rule, queue slack and reserved order it keeps")
     ap.add_argument("--iters", type=int, default=200_000)
     ap.add_argument("--window", type=int, default=50)
     ap.add_argument("--split-moves", type=float, default=0.5, help="the share of moves that change a GPU share")
