@@ -48,7 +48,7 @@ def timed(fn) -> float:
 def repeats(n: int) -> int:
     """Runs timed at ``n`` tasks (the best counts): about 3·10^5 tasks' worth, at least 2 and at
     most 30. A 10^4-task run takes milliseconds, so its best of three moved the linearity ratio
-    (10^6 ÷ 10^4) by ±30 % between runs; thirty of them cost a fifth of a second."""
+    (10^6 ÷ 10^4) by ±30 % between runs; thirty of them take 0.2 – 2.3 s per policy."""
     return max(2, min(30, 300_000 // n))
 
 
