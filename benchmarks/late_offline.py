@@ -25,7 +25,7 @@ noise was worth: ``--other-noise K`` reruns the found keys and shares, and the s
 under K other noise draws of the same tasks.
 
 Run: ``python -m benchmarks.late_offline --out /tmp/late_offline`` (the default workload's test
-split from heft_late's run; ``[--workload NAME] [--start POLICY] [--iters N] [--window W]
+split from heft_late's run; ``[--workload NAME|heldoutK] [--heldout-tasks N] [--start POLICY] [--iters N] [--window W]
 [--split-moves P] [--seed S] [--other-noise K] [--lp-rho R] [-- hydra overrides]``). Writes ``<out>/offline.json``
 (the figures and the search's progress) and ``<out>/offline_schedule.json`` (per task its key
 and share).
@@ -64,6 +64,7 @@ from hybridsched.kinds.machine.scenarios_late import LATE, bound_of
 from hybridsched.kinds.machine.sim import simulate
 
 _KEY, _SHARE = N_PDATA, N_PDATA + 1  # pdata columns after the late heuristics' own
+HELDOUT = tuple(f"heldout{k}" for k in range(5))  # the scenario table's held-out draws
 
 
 @njit
@@ -166,7 +167,9 @@ def search(tasks, cluster, reals: list, policy: OfflineSchedule, iters: int, win
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workload", default="default", choices=list(WORKLOADS))
+    ap.add_argument("--workload", default="default", choices=[*WORKLOADS, *HELDOUT],
+                    help="a workload's test split, or held-out draw k of the scenario table")
+    ap.add_argument("--heldout-tasks", type=int, default=3000, help="tasks of a held-out draw (the table's 3,000)")
     ap.add_argument("--start", default="heft_late", choices=list(LATE),
                     help="the late heuristic whose run starts the search, and whose split rule, queue slack and reserved order it keeps")
     ap.add_argument("--iters", type=int, default=200_000)
@@ -181,11 +184,14 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/late_offline")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, after --")
     args = ap.parse_args()
-    if min(args.iters, args.other_noise, args.blind) < 0 or args.window < 1 or not 0.0 <= args.split_moves <= 1.0:
-        ap.error(f"--iters, --blind and --other-noise must be >= 0, --window >= 1 and --split-moves in [0, 1], "
-                 f"got {args.iters}, {args.blind}, {args.other_noise}, {args.window} and {args.split_moves}")
+    if min(args.iters, args.other_noise, args.blind) < 0 or args.window < 1 or args.heldout_tasks < 1 or not 0.0 <= args.split_moves <= 1.0:
+        ap.error(f"--iters, --blind and --other-noise must be >= 0, --window and --heldout-tasks >= 1 and --split-moves "
+                 f"in [0, 1], got {args.iters}, {args.blind}, {args.other_noise}, {args.window}, {args.heldout_tasks} "
+                 f"and {args.split_moves}")
     out = Path(args.out)
-    name, tasks, cluster, noise_seed, cfg = scenarios([args.workload], 0, 0, args.overrides)[0]
+    name, tasks, cluster, noise_seed, cfg = (
+        scenarios([], HELDOUT.index(args.workload) + 1, args.heldout_tasks, args.overrides)[-1] if args.workload in HELDOUT
+        else scenarios([args.workload], 0, 0, args.overrides)[0])
     spec = cfg["policies"]["machine"][args.start]
     real = cluster.sample_noise(len(tasks), np.random.default_rng(noise_seed))
     start = instantiate(spec)

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from benchmarks import late_offline
+from benchmarks.late_eval import scenarios
 from hybridsched.devices import Cluster
+from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.policies.late import _ALONE, SPTLate, task_data
 from hybridsched.kinds.machine.sim import simulate
@@ -70,6 +72,21 @@ def test_blind_search_does_not_see_the_scenario_noise(tmp_path, monkeypatch):
     assert r["search_objective"] != r["search_mean_latency"] and r["bound"] <= r["search_mean_latency"]
 
 
+def test_heldout_draw_is_the_scenario_tables(tmp_path, monkeypatch):
+    """--workload heldoutK searches held-out draw k as benchmarks.late_eval builds it (tasks and
+    noise from seed k), from the start policy's own run there."""
+    out = tmp_path / "h1"
+    _main(monkeypatch, "--workload", "heldout1", "--heldout-tasks", "150", "--start", "eft_late_plain", "--iters", "100",
+          "--window", "10", "--other-noise", "0", "--out", str(out))
+    r = json.loads((out / "offline.json").read_text())
+    name, tasks, cluster, seed, cfg = scenarios([], 2, 150, [])[-1]
+    own = simulate(tasks, cluster, instantiate(cfg["policies"]["machine"]["eft_late_plain"]),
+                   cluster.sample_noise(150, np.random.default_rng(seed)))
+    assert (r["scenario"], r["tasks"], r["noise_seed"]) == (name, 150, 1) == ("heldout1", 150, 1)
+    assert r["start_policy_mean_latency"] == float(np.mean(own.end - own.arrival))
+    assert r["bound"] <= r["search_mean_latency"] <= r["start_schedule_objective"]
+
+
 def test_static_order_replays_a_schedule_from_its_start_order(tasks: TaskTable):
     """Keys in the order a list policy started its tasks (ties at one instant: the policy's own
     key, here the best time alone) give back that schedule, so the search starts from it."""
@@ -94,6 +111,8 @@ def test_static_order_replays_a_schedule_from_its_start_order(tasks: TaskTable):
                                            (["--split-moves", "1.5"], "--split-moves in [0, 1]"),
                                            (["--other-noise", "-1"], "got 200000, 0, -1,"),
                                            (["--blind", "-2"], "got 200000, -2, 3,"),
+                                           (["--heldout-tasks", "0"], "--window and --heldout-tasks >= 1"),
+                                           (["--workload", "heldout5"], "invalid choice: 'heldout5'"),
                                            (["--start", "pg_late"], "invalid choice: 'pg_late'")])
 def test_bad_settings_are_one_line(tmp_path, monkeypatch, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
