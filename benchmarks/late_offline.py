@@ -10,7 +10,9 @@ static key per task and, per task, either a fixed GPU share or the late heuristi
 split can start now starts, on the CPU or on the GPU believed to free first, as the late
 heuristics start theirs). The split rule, queue slack and reserved order are the ``--start``
 policy's. The search starts from that policy's own run: the keys are the order in which it
-started the tasks, and every task follows the rule. Each step makes one move and reruns the
+started the tasks, and every task follows the rule. From a learned late policy (``pg_late``,
+``dqn_late``, ``cem_late``), which has no such rule, every task starts with the fixed share it
+had in the policy's run, and its reserved order is kept. Each step makes one move and reruns the
 whole scenario in the compiled engine, keeping the move unless the mean latency rose (seeded:
 the same moves and result on rerun):
 
@@ -65,6 +67,7 @@ from hybridsched.kinds.machine.sim import simulate
 
 _KEY, _SHARE = N_PDATA, N_PDATA + 1  # pdata columns after the late heuristics' own
 HELDOUT = tuple(f"heldout{k}" for k in range(5))  # the scenario table's held-out draws
+LEARNED_LATE = ("cem_late", "dqn_late", "pg_late")  # --start from a learned policy's run: its shares, fixed
 
 
 @njit
@@ -170,8 +173,9 @@ def main() -> None:
     ap.add_argument("--workload", default="default", choices=[*WORKLOADS, *HELDOUT],
                     help="a workload's test split, or held-out draw k of the scenario table")
     ap.add_argument("--heldout-tasks", type=int, default=3000, help="tasks of a held-out draw (the table's 3,000)")
-    ap.add_argument("--start", default="heft_late", choices=list(LATE),
-                    help="the late heuristic whose run starts the search, and whose split rule, queue slack and reserved order it keeps")
+    ap.add_argument("--start", default="heft_late", choices=[*LATE, *LEARNED_LATE],
+                    help="the late policy whose run starts the search: a heuristic's split rule, queue slack and reserved "
+                         "order are kept; from a learned one, each task's share in its run and its reserved order")
     ap.add_argument("--iters", type=int, default=200_000)
     ap.add_argument("--window", type=int, default=50)
     ap.add_argument("--split-moves", type=float, default=0.5, help="the share of moves that change a GPU share")
@@ -197,8 +201,12 @@ def main() -> None:
     start = instantiate(spec)
     own = simulate(tasks, cluster, start, real)
     own_mean = float(np.mean(own.end - own.arrival))
-    kept = {**start.w, "fraction_step": spec.get("fraction_step", 0.05), "reserved_order": start.reserved_order}
-    policy = OfflineSchedule(start_order(own), np.full(len(tasks), -1.0), **kept)
+    step = spec.get("fraction_step", 0.05)
+    if args.start in LATE:  # every task follows the heuristic's split rule until a move fixes its share
+        kept, shares0 = {**start.w, "fraction_step": step, "reserved_order": start.reserved_order}, np.full(len(tasks), -1.0)
+    else:  # a learned policy has no rule to keep: every task starts with the share it had in the policy's run
+        kept, shares0 = {"fraction_step": step, "reserved_order": start.reserved_order}, own.fraction.astype(np.float64)
+    policy = OfflineSchedule(start_order(own), shares0, **kept)
     t0 = time.perf_counter()
     # blind: the objective's draws are not the scenario's noise (seeds s + 500 + k; --other-noise uses s + 1000 k)
     reals = ([cluster.sample_noise(len(tasks), np.random.default_rng(noise_seed + 500 + k)) for k in range(args.blind)]

@@ -87,6 +87,21 @@ def test_heldout_draw_is_the_scenario_tables(tmp_path, monkeypatch):
     assert r["bound"] <= r["search_mean_latency"] <= r["start_schedule_objective"]
 
 
+def test_start_from_a_learned_policy_fixes_its_shares(tmp_path, monkeypatch):
+    """From pg_late's run every task starts with the share it had there (a learned policy has no
+    split rule to keep), and the engine keeps its reserved order."""
+    out = tmp_path / "pg"
+    _main(monkeypatch, "--start", "pg_late", "--iters", "0", "--other-noise", "0", "--out", str(out), *SHRINK)
+    r = json.loads((out / "offline.json").read_text())
+    name, tasks, cluster, seed, cfg = scenarios(["default"], 0, 0, list(SHRINK[1:]))[0]
+    pg = instantiate(cfg["policies"]["machine"]["pg_late"])
+    own = simulate(tasks, cluster, pg, cluster.sample_noise(len(tasks), np.random.default_rng(seed)))
+    sched = json.loads((out / "offline_schedule.json").read_text())
+    np.testing.assert_array_equal(sched["gpu_share"], own.fraction)
+    assert r["kept"] == {"fraction_step": 0.05, "reserved_order": pg.reserved_order} and pg.reserved_order == "rank"
+    assert r["start_policy_mean_latency"] == float(np.mean(own.end - own.arrival))
+
+
 def test_static_order_replays_a_schedule_from_its_start_order(tasks: TaskTable):
     """Keys in the order a list policy started its tasks (ties at one instant: the policy's own
     key, here the best time alone) give back that schedule, so the search starts from it."""
@@ -113,7 +128,7 @@ def test_static_order_replays_a_schedule_from_its_start_order(tasks: TaskTable):
                                            (["--blind", "-2"], "got 200000, -2, 3,"),
                                            (["--heldout-tasks", "0"], "--window and --heldout-tasks >= 1"),
                                            (["--workload", "heldout5"], "invalid choice: 'heldout5'"),
-                                           (["--start", "pg_late"], "invalid choice: 'pg_late'")])
+                                           (["--start", "cem"], "invalid choice: 'cem'")])
 def test_bad_settings_are_one_line(tmp_path, monkeypatch, capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         _main(monkeypatch, *argv, "--out", str(tmp_path / "o"), *SHRINK)
