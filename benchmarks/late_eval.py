@@ -225,6 +225,9 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
     return out
 
 
+HELDOUT_DRAWS, HELDOUT_TASKS = 5, 3000  # the report's held-out draws and their size
+
+
 def scenarios(workloads: list[str], heldout: int, heldout_tasks: int,
               overrides: list[str]) -> list[tuple[str, Any, Any, int, dict[str, Any]]]:
     """The report's scenarios as ``(name, tasks, cluster, noise seed, config)``: each named
@@ -388,8 +391,8 @@ def train_dqn(model_dir: Path, dqn_set: str, out: Path, overrides: list[str] | N
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--heldout", type=int, default=5)
-    ap.add_argument("--heldout-tasks", type=int, default=3000)
+    ap.add_argument("--heldout", type=int, default=HELDOUT_DRAWS)
+    ap.add_argument("--heldout-tasks", type=int, default=HELDOUT_TASKS)
     ap.add_argument("--no-lp", action="store_true")
     ap.add_argument("--lp-rho", type=float, default=1.0)
     ap.add_argument("--cem-model", default="models/cem")

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from benchmarks.late_eval import scenarios
+from benchmarks.late_eval import HELDOUT_DRAWS, HELDOUT_TASKS, scenarios
 from benchmarks.quality_eval import WORKLOADS
 from hybridsched.io import write_json
 from hybridsched.kinds.base import instantiate
@@ -66,7 +66,7 @@ from hybridsched.kinds.machine.scenarios_late import LATE, bound_of
 from hybridsched.kinds.machine.sim import simulate
 
 _KEY, _SHARE = N_PDATA, N_PDATA + 1  # pdata columns after the late heuristics' own
-HELDOUT = tuple(f"heldout{k}" for k in range(5))  # the scenario table's held-out draws
+HELDOUT = tuple(f"heldout{k}" for k in range(HELDOUT_DRAWS))  # the scenario table's held-out draws
 LEARNED_LATE = ("cem_late", "dqn_late", "pg_late")  # --start from a learned policy's run: its shares, fixed
 
 
@@ -172,7 +172,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="default", choices=[*WORKLOADS, *HELDOUT],
                     help="a workload's test split, or held-out draw k of the scenario table")
-    ap.add_argument("--heldout-tasks", type=int, default=3000, help="tasks of a held-out draw (the table's 3,000)")
+    ap.add_argument("--heldout-tasks", type=int, default=HELDOUT_TASKS, help="tasks of a held-out draw (the table's size)")
     ap.add_argument("--start", default="heft_late", choices=[*LATE, *LEARNED_LATE],
                     help="the late policy whose run starts the search: a heuristic's split rule, queue slack and reserved "
                          "order are kept; from a learned one, each task's share in its run and its reserved order")
