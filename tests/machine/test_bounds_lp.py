@@ -24,6 +24,7 @@ cases = st.fixed_dictionaries({
     "rate": st.floats(0.5, 40.0),
     "mem_hi": st.sampled_from([4000.0, 30000.0]),  # 30 GB: most tasks capped well below f = 1
     "rho": st.sampled_from([1.0, 4.0]),
+    "cuts": st.sampled_from([0, 1, 2, 4]),
     "seed": st.integers(0, 10_000),
 })
 
@@ -35,7 +36,7 @@ def test_lp_bound_is_below_every_policy_with_noise_memory_caps_and_dependencies(
     tasks = small_workload(c["n"], c["seed"], rate=c["rate"], dag_job_size=c["dag"], dag_max_parents=3,
                            memory_range=(50.0, c["mem_hi"]))
     real = cluster.sample_noise(len(tasks), np.random.default_rng(c["seed"]))
-    lb = lower_bound(tasks, cluster, real, LPSettings(rho=c["rho"]))
+    lb = lower_bound(tasks, cluster, real, LPSettings(rho=c["rho"], piece_cuts=c["cuts"]))
     # the LP includes the solo bound (less its safety margin, relative to the completion times)
     assert lb.mean_latency_lp >= lb.mean_latency_solo - 1e-5 * (1 + tasks.arrival.mean())
     assert lb.mean_latency == max(lb.mean_latency_lp, lb.mean_latency_solo)
@@ -54,11 +55,14 @@ def _queue_of_identical_cpu_tasks(n: int) -> tuple:
 
 def test_lp_sees_the_queue_that_the_solo_bound_ignores():
     # 10 one-second tasks at once on one usable device: the best mean latency is (1 + ... + 10) / 10 = 5.5 s
+    # (on the default grid, rho 2 with 2 piece cuts, 4.76 s: ten tasks released together are the
+    # coarse grid's worst case, where rho 4 does better)
     c, t, real = _queue_of_identical_cpu_tasks(10)
-    lb = lower_bound(t, c, real)
+    lb = lower_bound(t, c, real, LPSettings(rho=4.0))
     assert lb.mean_latency_solo == pytest.approx(1.0)
     assert 0.9 * 5.5 <= lb.mean_latency_lp <= 5.5
     assert lb.mean_latency == lb.mean_latency_lp
+    assert 0.85 * 5.5 <= lower_bound(t, c, real).mean_latency_lp <= 5.5
 
 
 def test_finer_grid_is_never_looser_by_much_and_is_still_valid():
@@ -69,11 +73,25 @@ def test_finer_grid_is_never_looser_by_much_and_is_still_valid():
     assert fine >= coarse - 1e-6
 
 
+def test_piece_cuts_only_tighten_and_stay_below_the_optimum():
+    # each cut set holds the previous one's tangent points (u; u/2, u; u/4 .. u), and the cuts
+    # only add non-negative terms, so the bound never falls; 5.5 s is the optimum here
+    c, t, real = _queue_of_identical_cpu_tasks(10)
+    for rho in (1.0, 4.0):
+        got = [lower_bound(t, c, real, LPSettings(rho=rho, piece_cuts=k)).mean_latency_lp for k in (0, 1, 2, 4)]
+        assert all(b >= a - 1e-9 for a, b in zip(got, got[1:])) and got[-1] <= 5.5
+        if rho == 1.0:  # coarse pieces: the cuts give back part of what counting work at a piece's start lost
+            assert got[2] > got[0] + 0.05
+
+
 def test_bad_lp_settings_are_one_line_errors():
     with pytest.raises(HybridschedError, match="delta"):
         LPSettings(delta=0.0)
     with pytest.raises(HybridschedError, match="rho"):
         LPSettings(rho=0.5)
+    for bad in (-1, 9, 1.5):
+        with pytest.raises(HybridschedError, match="piece_cuts"):
+            LPSettings(piece_cuts=bad)
 
 
 def test_lp_can_be_skipped():

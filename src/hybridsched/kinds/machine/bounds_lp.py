@@ -16,7 +16,11 @@ dates:
 * a task's completion is at least the share-weighted mean busy time plus half of its
   processing (``sum_d f_d (M_d + dur_d / 2)``, with ``f_d dur_d >= f_d^2 p_d`` linearised
   by tangents), at least its ready time plus its best time alone, and at least each
-  parent's completion plus its best time alone.
+  parent's completion plus its best time alone;
+* inside one piece a share ``x`` runs at rate at most one, so its busy time there is at least
+  ``x p_d`` long and starts no earlier than the piece's ``lo``: its mean busy time is at least
+  ``lo + x p_d / 2``, not only ``lo`` (``piece_cuts`` tangents of ``x^2`` per piece; without
+  them a finely gridded task loses about half a piece's width).
 
 ``C, G, L`` are the realised times (nominal times the noise), as in ``bounds.py``. Solved
 by HiGHS through ``scipy.optimize.linprog`` on sparse matrices.
@@ -42,8 +46,9 @@ class LPSettings:
     """Resolution of the relaxation: a finer grid is tighter and slower, never invalid."""
 
     delta: float | None = None  # base interval width (s); None = a quarter of the median best-alone time
-    rho: float = 4.0  # a piece at distance D after release is at most max(delta, D / rho) wide
+    rho: float = 2.0  # a piece at distance D after release is at most max(delta, D / rho) wide
     max_levels: int = 24  # cap on the dyadic depth (the horizon is delta * 2**levels)
+    piece_cuts: int = 2  # tangents of x^2 per piece for the in-piece busy time (0 = only lo counts)
     # past this estimated size the LP is skipped with one line (the solo bound stands): a
     # 2-million-task file ran it for minutes while memory grew ~12 MB/s (docs/bad-input.md)
     max_variables: int | None = 2_000_000
@@ -53,18 +58,19 @@ class LPSettings:
             raise HybridschedError(f"bound.lp.delta must be > 0, got {self.delta}")
         if not self.rho >= 1:
             raise HybridschedError(f"bound.lp.rho must be >= 1, got {self.rho}")
+        if not (isinstance(self.piece_cuts, int) and 0 <= self.piece_cuts <= 8):
+            raise HybridschedError(f"bound.lp.piece_cuts must be an integer in 0..8, got {self.piece_cuts}")
 
 
-# variables per task and dyadic level, measured: 3,000 default tasks at 17 levels gave 213,218
-# pieces (~4.2 per level) and about 2 columns per piece, plus 7 per task
-VARIABLES_PER_TASK_LEVEL = 9
-
-
+# pieces per task and dyadic level, measured on the 3,000 default test tasks at 17 levels: 1.59,
+# 2.47, 4.18 and 7.42 at rho 1, 2, 4 and 8, about 0.8 + 0.85 rho; each piece has 1 + piece_cuts
+# columns per device class, plus about 0.5 load columns per task and level and 7 per task
 def estimate_variables(n_tasks: int, horizon_s: float, median_best_alone_s: float, settings: LPSettings) -> int:
     """The LP's size (columns) before building it, from the task count and the dyadic depth."""
     delta = settings.delta or max(median_best_alone_s / 4.0, 1e-6)
     levels = min(settings.max_levels, max(1, int(np.ceil(np.log2(max(horizon_s / delta, 2.0))))))
-    return int(n_tasks * (VARIABLES_PER_TASK_LEVEL * levels + 7))
+    per_level = 2 * (1 + settings.piece_cuts) * (0.8 + 0.85 * settings.rho) + 0.5
+    return int(n_tasks * (per_level * levels + 7))
 
 
 @dataclass(frozen=True)
@@ -119,9 +125,15 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
     parent_of = np.array([keys.get((lv + 1, ix >> 1), -1) for lv, ix in keys], dtype=np.int64)
 
     # --- columns ---------------------------------------------------------------------------
-    # x[d, piece] | y[d, interval] | F[d, task] | o[task] | q[d, task] | c[task]
+    # x[d, seg, piece] | y[d, interval] | F[d, task] | o[task] | q[d, task] | c[task]
+    # A piece's share is the sum of its segments (one without piece cuts). With k cuts the
+    # segments cut [0, u] (u = min(1, len / p)) at u (2j - 1) / (2k), j = 1..k, and segment j
+    # adds j u p / k per unit to the completion row: that is max(0, tangents of p x^2 / 2 at
+    # x = u j / k), exact because the LP fills a piece's cheaper segments first.
+    n_seg = settings.piece_cuts + 1
+    nx = n_seg * n_pieces  # columns per device class
     ox = 0
-    oy = ox + 2 * n_pieces
+    oy = ox + 2 * nx
     oF = oy + 2 * n_int
     oo = oF + 2 * n
     oq = oo + n
@@ -129,8 +141,19 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
     n_col = oc + n
     lo_b = np.zeros(n_col)
     hi_b = np.full(n_col, np.inf)
+    pieces = np.arange(n_pieces)
+    seg_slope = np.zeros((2, n_seg, n_pieces))  # extra completion-row coefficient per segment
     for d in range(2):
-        hi_b[ox + d * n_pieces: ox + (d + 1) * n_pieces] = p_len / p[p_task, d]
+        u = p_len / p[p_task, d]
+        if n_seg == 1:
+            hi_b[ox + d * nx: ox + (d + 1) * nx] = u
+        else:
+            u = np.minimum(1.0, u)
+            k = settings.piece_cuts
+            for j in range(n_seg):
+                width = u / (2 * k) if j in (0, k) else u / k
+                hi_b[ox + d * nx + j * n_pieces + pieces] = width
+                seg_slope[d, j] = p[p_task, d] * u * j / k
         hi_b[oy + d * n_int: oy + (d + 1) * n_int] = cap[d] * delta * 2.0**int_level
     hi_b[oF: oF + n] = 1.0
     hi_b[oF + n: oF + 2 * n] = m
@@ -148,6 +171,9 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
         cols.append(np.asarray(c, dtype=np.int64))
         vals.append(np.broadcast_to(np.asarray(v, dtype=np.float64), np.shape(c)).copy())
 
+    def x_cols(d: int, j: int) -> np.ndarray:
+        return ox + d * nx + j * n_pieces + pieces
+
     tid = np.arange(n)
     # equality rows
     r = 0
@@ -157,12 +183,14 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
     r += n
     for d in range(2):  # F_d - sum_pieces x_d = 0
         add(r + tid, oF + d * n + tid, 1.0)
-        add(r + p_task, ox + d * n_pieces + np.arange(n_pieces), -1.0)
+        for j in range(n_seg):
+            add(r + p_task, x_cols(d, j), -1.0)
         r += n
     for d in range(2):  # y_J - sum_{pieces = J} p x - sum_{children} y = 0
         ids = np.arange(n_int)
         add(r + ids, oy + d * n_int + ids, 1.0)
-        add(r + piece_int, ox + d * n_pieces + np.arange(n_pieces), -p[p_task, d])
+        for j in range(n_seg):
+            add(r + piece_int, x_cols(d, j), -p[p_task, d])
         has_parent = parent_of >= 0
         add(r + parent_of[has_parent], oy + d * n_int + ids[has_parent], -1.0)
         r += n_int
@@ -172,9 +200,10 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
 
     # inequality rows (<=)
     r = 0
-    # sum lo x + end o + q_cpu + q_gpu - c <= 0  (the completion-time row)
+    # sum (lo + segment slope) x + end o + q_cpu + q_gpu - c <= 0  (the completion-time row)
     for d in range(2):
-        add(n_eq + r + p_task, ox + d * n_pieces + np.arange(n_pieces), p_lo)
+        for j in range(n_seg):
+            add(n_eq + r + p_task, x_cols(d, j), p_lo + seg_slope[d, j])
         add(n_eq + r + tid, oq + d * n + tid, 1.0)
     add(n_eq + r + tid, oo + tid, end)
     add(n_eq + r + tid, oc + tid, -1.0)

@@ -181,7 +181,8 @@ class ScenarioSettings:
     def from_dict(cls, s: dict[str, Any]) -> ScenarioSettings:
         """From the config block (``lp.enabled: false``: the solo bound only)."""
         lp = s.get("lp") or {}
-        grid = (LPSettings(delta=lp.get("delta"), rho=float(lp.get("rho", 4.0)), max_levels=int(lp.get("max_levels", 24)))
+        grid = (LPSettings(delta=lp.get("delta"), rho=float(lp.get("rho", 4.0)), max_levels=int(lp.get("max_levels", 24)),
+                           piece_cuts=int(lp.get("piece_cuts", LPSettings.piece_cuts)))
                 if lp.get("enabled", True) else None)
         return cls(heuristics=tuple(s["heuristics"]), learned=tuple(s["learned"]), heldout=int(s["heldout"]),
                    heldout_tasks=int(s["heldout_tasks"]),
