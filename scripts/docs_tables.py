@@ -70,6 +70,36 @@ def machine_policies(metrics: Path, cols: list[tuple[str, str, float]]) -> str:
     return "\n".join(lines)
 
 
+# docs/results/machine.md: the policies it explains, each with what it is, in its order
+_RESULTS = {"round_robin": "devices in turn, whole tasks", "random": "a random device",
+            "greedy": "least-loaded GPU, fraction = intensity", "eft": "earliest finish time, exact cost model",
+            "oracle": "eft with the true run times and free times", "hybrid_ml": "eft on a random forest's predicted times",
+            "dqn": "a learned Q-network", "eft_load": "eft that charges the queue a decision delays (tuned)",
+            "eft_rank": "the same with HEFT's upward rank (tuned)", "dmda": "StarPU's dmda rule (tuned)",
+            "cem": "a learned scorer (cross-entropy method)"}
+
+
+def machine_results(metrics: Path) -> str:
+    """The results page's table: the bound, then each policy of ``_RESULTS`` with what it is,
+    least mean latency and energy among them in bold."""
+    t = pd.read_csv(metrics / "policies.csv").set_index("policy")
+    missing = [p for p in _RESULTS if p not in t.index]
+    if missing:
+        raise SystemExit(f"{metrics / 'policies.csv'}: no row for {', '.join(missing)} (docs/results/machine.md lists it)")
+    t = t.loc[list(_RESULTS)]
+    b = t.iloc[0]
+    head = (f"Lower bound: makespan {b['makespan'] / b['makespan_vs_bound']:.1f} s, "
+            f"mean latency {b['mean_latency'] / b['mean_latency_vs_bound']:.3f} s.\n\n")
+    cols = [("mean latency (s)", "mean_latency", 1.0), ("P95 (s)", "p95_latency", 1.0), ("energy (kJ)", "energy_j", 1e-3),
+            ("latency / bound", "mean_latency_vs_bound", 1.0)]
+    bold = {"mean_latency": t["mean_latency"].min(), "energy_j": t["energy_j"].min()}
+    lines = ["| policy | what it is | " + " | ".join(h for h, _, _ in cols) + " |", "|:--|:--|" + "--:|" * len(cols)]
+    for name, r in t.iterrows():
+        cells = [f"**{_g3(r[c] * k)}**" if c in bold and r[c] == bold[c] else _g3(r[c] * k) for _, c, k in cols]
+        lines.append(f"| {name} | {_RESULTS[name]} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines)
+
+
 def _bold_ratios(table: str, target: float) -> str:
     """Bold the learned columns' ratios ≤ ``target`` (the issue's) in a summary table."""
     rows = table.strip().splitlines()
@@ -101,6 +131,7 @@ def load_sweep(metrics: Path, k: int) -> str:
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "machine-policies": lambda m: machine_policies(m, _BRIEF),
     "machine-policies-full": lambda m: machine_policies(m, _FULL),
+    "machine-results": machine_results,
     "scenarios-wide": scenarios_wide,
     "scenarios-summary": scenarios_summary,
     "load-sweep-wide": lambda m: load_sweep(m, 0),

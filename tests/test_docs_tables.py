@@ -55,3 +55,16 @@ def test_an_unknown_block_is_one_line(tmp_path, body, message):
 def test_missing_metrics_is_one_line(tmp_path):
     r = _run("--check", "--metrics", str(tmp_path))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and str(tmp_path) in r.stderr
+
+
+def test_the_results_page_names_a_policy_the_metrics_lack_in_one_line(tmp_path):
+    metrics = tmp_path / "metrics"
+    shutil.copytree(ROOT / "metrics", metrics, ignore=shutil.ignore_patterns("*.png"))
+    t = (metrics / "policies.csv").read_text().splitlines()
+    (metrics / "policies.csv").write_text("\n".join(r for r in t if not r.startswith("dmda,")) + "\n")
+    docs = tmp_path / "docs"
+    (docs / "results").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "results" / "machine.md", docs / "results" / "machine.md")
+    r = _run("--check", "--docs", str(docs), "--metrics", str(metrics))
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0
+    assert f"{metrics / 'policies.csv'}: no row for dmda (docs/results/machine.md lists it)" in r.stderr
