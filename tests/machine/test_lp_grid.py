@@ -43,6 +43,16 @@ def test_grids_tighten_with_cuts_and_repeat(tmp_path, monkeypatch):
         assert g["heft_late_x_bound"] == r["policies"]["heft_late"] / max(g["bound_lp"], g["bound_solo"]) >= 1.0
 
 
+def test_base_width_comes_from_the_hydra_overrides(tmp_path, monkeypatch):
+    bounds = {}
+    for delta in ("null", "0.05"):
+        out = tmp_path / delta
+        _main(monkeypatch, "--grids", "1:2", "--policies", "heft_late", "--out", str(out), *SHRINK, f"sim.bound_lp.delta={delta}")
+        r = json.loads((out / "lp_grid.json").read_text())
+        bounds[r["delta"]] = r["grids"][0]["bound_lp"]
+    assert set(bounds) == {None, 0.05} and bounds[None] != bounds[0.05]
+
+
 @pytest.mark.parametrize("argv, message", [(["--grids", "4"], "--grids takes RHO:CUTS (e.g. 4:2), got '4'"),
                                            (["--grids", "0.5:2"], "bound.lp.rho must be >= 1, got 0.5"),
                                            (["--grids", "2:9"], "bound.lp.piece_cuts must be an integer in 0..8, got 9"),
