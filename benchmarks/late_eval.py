@@ -226,6 +226,15 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
 
 
 HELDOUT_DRAWS, HELDOUT_TASKS = 5, 3000  # the report's held-out draws and their size
+HELDOUT = tuple(f"heldout{k}" for k in range(HELDOUT_DRAWS))  # their names as a --workload choice
+
+
+def one_scenario(name: str, heldout_tasks: int, overrides: list[str]) -> tuple[str, Any, Any, int, dict[str, Any]]:
+    """One scenario of the report by name: a workload's test split, or ``heldoutK`` (held-out
+    draw k, ``heldout_tasks`` tasks), as :func:`scenarios` builds it."""
+    if name in HELDOUT:
+        return scenarios([], HELDOUT.index(name) + 1, heldout_tasks, overrides)[-1]
+    return scenarios([name], 0, 0, overrides)[0]
 
 
 def scenarios(workloads: list[str], heldout: int, heldout_tasks: int,

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from benchmarks.late_eval import HELDOUT_DRAWS, HELDOUT_TASKS, scenarios
+from benchmarks.late_eval import HELDOUT, HELDOUT_TASKS, one_scenario
 from benchmarks.quality_eval import WORKLOADS
 from hybridsched.io import write_json
 from hybridsched.kinds.base import instantiate
@@ -66,7 +66,6 @@ from hybridsched.kinds.machine.scenarios_late import LATE, bound_of
 from hybridsched.kinds.machine.sim import simulate
 
 _KEY, _SHARE = N_PDATA, N_PDATA + 1  # pdata columns after the late heuristics' own
-HELDOUT = tuple(f"heldout{k}" for k in range(HELDOUT_DRAWS))  # the scenario table's held-out draws
 LEARNED_LATE = ("cem_late", "dqn_late", "pg_late")  # --start from a learned policy's run: its shares, fixed
 
 
@@ -193,9 +192,7 @@ def main() -> None:
                  f"in [0, 1], got {args.iters}, {args.blind}, {args.other_noise}, {args.window}, {args.heldout_tasks} "
                  f"and {args.split_moves}")
     out = Path(args.out)
-    name, tasks, cluster, noise_seed, cfg = (
-        scenarios([], HELDOUT.index(args.workload) + 1, args.heldout_tasks, args.overrides)[-1] if args.workload in HELDOUT
-        else scenarios([args.workload], 0, 0, args.overrides)[0])
+    name, tasks, cluster, noise_seed, cfg = one_scenario(args.workload, args.heldout_tasks, args.overrides)
     spec = cfg["policies"]["machine"][args.start]
     real = cluster.sample_noise(len(tasks), np.random.default_rng(noise_seed))
     start = instantiate(spec)

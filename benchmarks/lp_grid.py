@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.late_eval import HELDOUT_DRAWS, HELDOUT_TASKS, scenarios
+from benchmarks.late_eval import HELDOUT, HELDOUT_TASKS, one_scenario
 from benchmarks.quality_eval import WORKLOADS
 from hybridsched.errors import HybridschedError
 from hybridsched.io import write_json, write_text
@@ -29,7 +29,6 @@ from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.kinds.machine.sim import simulate
 
-HELDOUT = tuple(f"heldout{k}" for k in range(HELDOUT_DRAWS))
 GRIDS = ("1:0", "1:2", "2:2", "4:0", "4:2")
 
 
@@ -59,9 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.heldout_tasks < 1:
         ap.error(f"--heldout-tasks must be >= 1, got {args.heldout_tasks}")
-    name, tasks, cluster, noise_seed, cfg = (
-        scenarios([], HELDOUT.index(args.workload) + 1, args.heldout_tasks, args.overrides)[-1] if args.workload in HELDOUT
-        else scenarios([args.workload], 0, 0, args.overrides)[0])
+    name, tasks, cluster, noise_seed, cfg = one_scenario(args.workload, args.heldout_tasks, args.overrides)
     specs = cfg["policies"]["machine"]
     unknown = [p for p in args.policies if p not in specs]
     if unknown:
