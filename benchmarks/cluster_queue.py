@@ -17,7 +17,9 @@ training record).  ``--weights FILE`` evaluates a saved ``learned_order.json`` i
 training.  ``--fade-scan 0,1,2,4,8,30`` trains nothing and reads no test pod: it scores ``cem``'s
 node weights with the ``sjf`` order at each listed backlog fade, and ``eft`` itself, on the
 training windows that pick and check a training run, writes ``fade_scan.csv`` / ``.md`` and the
-pick's ``learned_order.json`` (for ``--weights``), and stops.  Nothing is timed; every number is
+pick's ``learned_order.json`` (for ``--weights``), and stops.  ``--node-seeds 0 1 ...`` evaluates
+on the test split of each of those node samples (``workload.nodes.sample.seed``) and writes
+``node_seeds.csv`` / ``.md`` (each ratio ÷ eft's on the same sample).  Nothing is timed; every number is
 seeded and identical on rerun.
 """
 
@@ -99,12 +101,7 @@ def _policy(run, name: str, train):
 
 def main(argv: list[str] | None = None) -> None:
     from hybridsched.kinds.cluster import workload as W
-    from hybridsched.kinds.cluster.bounds import lower_bound
-    from hybridsched.kinds.cluster.engine import simulate
-    from hybridsched.kinds.cluster.nodes import run_inputs
-    from hybridsched.kinds.cluster.queue_engine import simulate_queue
-    from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
-    from hybridsched.kinds.cluster.queue_policy import NODE_KEYS, joint_vector, split
+    from hybridsched.kinds.cluster.queue_policy import NODE_KEYS
     from hybridsched.kinds.cluster.queue_train import WAIT_CURVE, QueueTrainSettings, train_order
     from hybridsched.rl.cem import CEMSettings
 
@@ -113,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rates", type=float, nargs="+", default=[0.75, 1.0, 1.25, 1.5, 1.75])
     ap.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     ap.add_argument("--max-pods", type=int, default=None, help="only the first N test pods (tests)")
-    ap.add_argument("--weights", type=Path, default=None, help="a learned_order.json to evaluate instead of training")
+    ap.add_argument("--weights", type=Path, default=None,
+                    help="a learned_order.json, or a policy YAML with weights (conf/policies/cluster/learned_queue.yaml), "
+                         "to evaluate instead of training")
     ap.add_argument("--generations", type=int, default=10)
     ap.add_argument("--population", type=int, default=16)
     ap.add_argument("--windows", type=int, default=4)
@@ -146,12 +145,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fade-scan", default=None, metavar="F1,F2,...",
                     help="no training: score cem's node weights + sjf at these fades, and eft, on the training "
                          "selection and check windows; write fade_scan.csv/.md and the pick's learned_order.json")
+    ap.add_argument("--node-seeds", type=int, nargs="+", default=None, metavar="SEED",
+                    help="evaluate on the test split of each of these node samples (workload.nodes.sample.seed, "
+                         "the trace imported in memory); write node_seeds.csv/.md instead of cluster_queue.*")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
+    if args.node_seeds is not None and (len(set(args.node_seeds)) < len(args.node_seeds) or "eft" not in args.rows):
+        raise HybridschedError(f"--node-seeds {' '.join(map(str, args.node_seeds))}: needs distinct seeds and the "
+                               f"eft row (every figure is ÷ eft's on the same sample)")
     fades = parse_fades(args.fade_scan) if args.fade_scan is not None else None
-    if fades is not None and (args.weights is not None or args.node != "learned"):
-        raise HybridschedError("--fade-scan scans the learned joint policy: not with --weights or --node cem/eft")
+    if fades is not None and (args.weights is not None or args.node != "learned" or args.node_seeds is not None):
+        raise HybridschedError("--fade-scan scans the learned joint policy on training windows: not with --weights, "
+                               "--node cem/eft or --node-seeds")
     run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
+    if args.node_seeds is not None and not (run.cfg["workload"].get("nodes") or {}).get("sample"):
+        raise HybridschedError("--node-seeds: workload.nodes.sample is null (every node of the list is used), "
+                               "so there is no node sample to draw again")
     wd = run.workload_dir
     train, test, nodes = W.read_split(wd, "train"), W.read_split(wd, "test"), W.read_nodes(wd)
     if args.max_pods:
@@ -170,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
         run_scan(args, run, train, cluster, s, fades)
         return
     if args.weights is not None:
-        doc = json.loads(args.weights.read_text())
+        doc = read_weights(args.weights)
         weights = doc["weights"]
         args.node = doc.get("node_policy", "cem")  # files written before the joint policy: cem's nodes
     else:
@@ -190,6 +199,50 @@ def main(argv: list[str] | None = None) -> None:
     print("learned order:", weights, flush=True)
     if args.train_only:
         return
+
+    if args.node_seeds:
+        node_seed_table(args, run, weights)
+        return
+    df = pd.DataFrame(evaluate(args, run, train, test, cluster, weights))
+    eft = df[df.policy == "eft"].set_index("load")["mean_jct"] if "eft" in args.rows else None
+    df["vs_eft"] = df["mean_jct"] / df["load"].map(eft) if eft is not None else np.nan
+    df.to_csv(args.out / "cluster_queue.csv", index=False)
+    show = df.copy()
+    for c in ("mean_jct", "p95_jct", "mean_wait", "bound"):
+        show[c] = show[c].round(0)
+    for c in ("waited", "vs_eft"):
+        show[c] = show[c].round(3)
+    (args.out / "cluster_queue.md").write_text(show.to_markdown(index=False) + "\n")
+    wide = show.pivot_table(index="policy", columns="load", values="vs_eft", sort=False)
+    (args.out / "cluster_queue_vs_eft.md").write_text(wide.to_markdown() + "\n")
+    plot(df, args.out / "cluster_queue.png")
+    print(wide.to_string())
+    print(f"saved {args.out / 'cluster_queue.md'} and cluster_queue.png")
+
+
+def read_weights(path: Path) -> dict:
+    """``--weights``: a ``learned_order.json`` as written here, or a queue policy's YAML
+    (``learned_queue.yaml``: its ``weights``, the joint policy's node choice)."""
+    import yaml
+
+    if path.suffix in (".yaml", ".yml"):
+        doc = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(doc, dict) or not isinstance(doc.get("weights"), dict):
+            raise HybridschedError(f"--weights {path}: no 'weights' mapping (a queue policy's YAML has one)")
+        return {"node_policy": "learned", "weights": doc["weights"]}
+    return json.loads(path.read_text())
+
+
+def evaluate(args: argparse.Namespace, run, train, test, cluster, weights: dict) -> list[dict]:
+    """Every row of ``--rows`` on ``test`` at every load of ``--rates`` (the arrivals divided by
+    the load): one dict per (load, policy) with mean and P95 JCT, mean wait, the share that
+    waited and the lower bound."""
+    from hybridsched.kinds.cluster.bounds import lower_bound
+    from hybridsched.kinds.cluster.engine import simulate
+    from hybridsched.kinds.cluster.nodes import run_inputs
+    from hybridsched.kinds.cluster.queue_engine import simulate_queue
+    from hybridsched.kinds.cluster.queue_order import FEATURES, ORDERS, LearnedOrder
+    from hybridsched.kinds.cluster.queue_policy import joint_vector, split
 
     rows = []
     for rate in args.rates:
@@ -216,21 +269,44 @@ def main(argv: list[str] | None = None) -> None:
                          "mean_jct": float(jct.mean()), "p95_jct": float(np.quantile(jct, 0.95)),
                          "mean_wait": float(wait.mean()), "waited": float((wait > 0).mean()), "bound": bound})
             print(f"load {rate}: {name} mean JCT {jct.mean():.0f} s", flush=True)
+    return rows
+
+
+def node_seed_table(args: argparse.Namespace, run, weights: dict) -> pd.DataFrame:
+    """``--node-seeds``: the rows at every load on the test split of each node sample
+    (``workload.nodes.sample.seed`` = each seed, the trace imported in memory as ``generate``
+    would), each ÷ eft's on the same sample.  Writes ``node_seeds.csv`` (one row per seed, load
+    and policy) and ``node_seeds.md`` (per load and policy other than eft: mean, min and max of the ratio over
+    the seeds and how many seeds have it below 1); returns the long table."""
+    import copy
+
+    from hybridsched.kinds.cluster import workload as W
+
+    rows = []
+    for seed in args.node_seeds:
+        wcfg = copy.deepcopy(run.cfg["workload"])
+        wcfg["nodes"]["sample"]["seed"] = seed
+        train, test, nodes, _ = W.load_workload(wcfg)
+        if args.max_pods:
+            test = test.subset(np.arange(min(args.max_pods, len(test))))
+        cluster = W.build_cluster(nodes, run.cfg["nodes"], run.cfg["cluster"])
+        print(f"node seed {seed}: {len(test)} test pods, {len(nodes)} nodes", flush=True)
+        rows += [{"node_seed": seed, **r} for r in evaluate(args, run, train, test, cluster, weights)]
     df = pd.DataFrame(rows)
-    eft = df[df.policy == "eft"].set_index("load")["mean_jct"] if "eft" in args.rows else None
-    df["vs_eft"] = df["mean_jct"] / df["load"].map(eft) if eft is not None else np.nan
-    df.to_csv(args.out / "cluster_queue.csv", index=False)
-    show = df.copy()
-    for c in ("mean_jct", "p95_jct", "mean_wait", "bound"):
-        show[c] = show[c].round(0)
-    for c in ("waited", "vs_eft"):
-        show[c] = show[c].round(3)
-    (args.out / "cluster_queue.md").write_text(show.to_markdown(index=False) + "\n")
-    wide = show.pivot_table(index="policy", columns="load", values="vs_eft", sort=False)
-    (args.out / "cluster_queue_vs_eft.md").write_text(wide.to_markdown() + "\n")
-    plot(df, args.out / "cluster_queue.png")
-    print(wide.to_string())
-    print(f"saved {args.out / 'cluster_queue.md'} and cluster_queue.png")
+    eft = df[df.policy == "eft"].set_index(["node_seed", "load"])["mean_jct"]
+    df["vs_eft"] = [m / eft[(sd, ld)] for sd, ld, m in zip(df.node_seed, df.load, df.mean_jct, strict=True)]
+    df.to_csv(args.out / "node_seeds.csv", index=False)
+    g = df[df.policy != "eft"].groupby(["policy", "load"], sort=False)["vs_eft"]
+    summary = pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max(),
+                            "seeds ahead": g.apply(lambda v: f"{int((v < 1).sum())} of {len(v)}")}).reset_index()
+    for c in ("mean", "min", "max"):
+        summary[c] = summary[c].round(3)
+    (args.out / "node_seeds.md").write_text(
+        f"Mean JCT ÷ eft's on the same node sample, over node seeds {' '.join(map(str, args.node_seeds))}\n\n"
+        + summary.to_markdown(index=False) + "\n")
+    print(summary.to_string(index=False))
+    print(f"saved {args.out / 'node_seeds.md'} and node_seeds.csv", flush=True)
+    return df
 
 
 def run_scan(args: argparse.Namespace, run, train, cluster, s, fades: tuple[float, ...]) -> None:
