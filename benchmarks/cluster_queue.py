@@ -225,12 +225,15 @@ def read_weights(path: Path) -> dict:
     (``learned_queue.yaml``: its ``weights``, the joint policy's node choice)."""
     import yaml
 
-    if path.suffix in (".yaml", ".yml"):
-        doc = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(doc, dict) or not isinstance(doc.get("weights"), dict):
-            raise HybridschedError(f"--weights {path}: no 'weights' mapping (a queue policy's YAML has one)")
-        return {"node_policy": "learned", "weights": doc["weights"]}
-    return json.loads(path.read_text())
+    yaml_file = path.suffix in (".yaml", ".yml")
+    try:
+        doc = yaml.safe_load(path.read_text()) if yaml_file else json.loads(path.read_text())
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise HybridschedError(f"--weights {path}: cannot read it ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("weights"), dict):
+        raise HybridschedError(f"--weights {path}: no 'weights' mapping (learned_order.json and a queue policy's "
+                               f"YAML have one)")
+    return {"node_policy": "learned", "weights": doc["weights"]} if yaml_file else doc
 
 
 def evaluate(args: argparse.Namespace, run, train, test, cluster, weights: dict) -> list[dict]:

@@ -104,3 +104,13 @@ def test_weights_from_the_policy_yaml_are_its_json(tmp_path):
     bad.write_text("backfill: greedy\n")
     with pytest.raises(HybridschedError, match=r"--weights .*bad.yaml: no 'weights' mapping"):
         main(["--out", str(tmp_path / "x"), "--weights", str(bad), "--", *ov])
+    # a missing or broken file, or JSON without weights: one line too
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    nokey = tmp_path / "nokey.json"
+    nokey.write_text("{}")
+    for f, msg in ((tmp_path / "missing.json", "cannot read it"), (broken, "cannot read it"),
+                   (nokey, "no 'weights' mapping")):
+        with pytest.raises(HybridschedError, match=rf"--weights .*{f.name}: {msg}"):
+            main(["--out", str(tmp_path / "x"), "--weights", str(f), "--", *ov])
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
