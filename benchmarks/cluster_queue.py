@@ -19,7 +19,9 @@ node weights with the ``sjf`` order at each listed backlog fade, and ``eft`` its
 training windows that pick and check a training run, writes ``fade_scan.csv`` / ``.md`` and the
 pick's ``learned_order.json`` (for ``--weights``), and stops.  ``--node-seeds 0 1 ...`` evaluates
 on the test split of each of those node samples (``workload.nodes.sample.seed``) and writes
-``node_seeds.csv`` / ``.md`` (each ratio ÷ eft's on the same sample).  Nothing is timed; every number is
+``node_seeds.csv`` / ``.md`` (each ratio ÷ eft's on the same sample).  ``--train-node-seeds 10 11
+...`` trains on windows of those node samples' training splits (each window on one, drawn at
+random) instead of the workload's own sample.  Nothing is timed; every number is
 seeded and identical on rerun.
 """
 
@@ -102,7 +104,7 @@ def _policy(run, name: str, train):
 def main(argv: list[str] | None = None) -> None:
     from hybridsched.kinds.cluster import workload as W
     from hybridsched.kinds.cluster.queue_policy import NODE_KEYS
-    from hybridsched.kinds.cluster.queue_train import WAIT_CURVE, QueueTrainSettings, train_order
+    from hybridsched.kinds.cluster.queue_train import WAIT_CURVE, Domain, QueueTrainSettings, train_order
     from hybridsched.rl.cem import CEMSettings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,8 +150,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--node-seeds", type=int, nargs="+", default=None, metavar="SEED",
                     help="evaluate on the test split of each of these node samples (workload.nodes.sample.seed, "
                          "the trace imported in memory); write node_seeds.csv/.md instead of cluster_queue.*")
+    ap.add_argument("--train-node-seeds", type=int, nargs="+", default=None, metavar="SEED",
+                    help="train on windows of these node samples' training splits (--node learned only)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
+    seeds = args.train_node_seeds
+    if seeds is not None and len(set(seeds)) < len(seeds):
+        raise HybridschedError(f"--train-node-seeds {' '.join(map(str, seeds))}: needs distinct seeds")
+    if args.train_node_seeds is not None and (args.weights is not None or args.node != "learned"
+                                              or args.fade_scan is not None):
+        raise HybridschedError("--train-node-seeds trains the learned joint policy: not with --weights, --node cem/eft "
+                               "or --fade-scan")
     if args.node_seeds is not None and (len(set(args.node_seeds)) < len(args.node_seeds) or "eft" not in args.rows):
         raise HybridschedError(f"--node-seeds {' '.join(map(str, args.node_seeds))}: needs distinct seeds and the "
                                f"eft row (every figure is ÷ eft's on the same sample)")
@@ -158,9 +169,10 @@ def main(argv: list[str] | None = None) -> None:
         raise HybridschedError("--fade-scan scans the learned joint policy on training windows: not with --weights, "
                                "--node cem/eft or --node-seeds")
     run = _run(args.overrides or ["workload=alibaba_gpu_2023"])
-    if args.node_seeds is not None and not (run.cfg["workload"].get("nodes") or {}).get("sample"):
-        raise HybridschedError("--node-seeds: workload.nodes.sample is null (every node of the list is used), "
-                               "so there is no node sample to draw again")
+    for flag, seeds in (("--node-seeds", args.node_seeds), ("--train-node-seeds", args.train_node_seeds)):
+        if seeds is not None and not (run.cfg["workload"].get("nodes") or {}).get("sample"):
+            raise HybridschedError(f"{flag}: workload.nodes.sample is null (every node of the list is used), "
+                                   "so there is no node sample to draw again")
     wd = run.workload_dir
     train, test, nodes = W.read_split(wd, "train"), W.read_split(wd, "test"), W.read_nodes(wd)
     if args.max_pods:
@@ -188,8 +200,13 @@ def main(argv: list[str] | None = None) -> None:
         start = None
         if s.joint and args.node_start == "cem":
             start = _policy(run, "cem", train).theta[:len(NODE_KEYS)]  # train_cem's node weights
+        domains = None
+        if args.train_node_seeds:
+            domains = [Domain.of(tr, cl) for tr, _, cl in (node_sample(run, sd) for sd in args.train_node_seeds)]
         _, history, metrics = train_order(train, cluster, fixed, cem, s, log=lambda m: print(m, flush=True),
-                                          node_start=start)
+                                          node_start=start, domains=domains)
+        if domains:
+            metrics["train_node_seeds"] = list(args.train_node_seeds)
         weights = metrics["weights"]
         # wall times are left out: the file is identical on rerun
         metrics.pop("wall_s", None)
@@ -281,19 +298,12 @@ def node_seed_table(args: argparse.Namespace, run, weights: dict) -> pd.DataFram
     would), each ÷ eft's on the same sample.  Writes ``node_seeds.csv`` (one row per seed, load
     and policy) and ``node_seeds.md`` (per load and policy other than eft: mean, min and max of the ratio over
     the seeds and how many seeds have it below 1); returns the long table."""
-    import copy
-
-    from hybridsched.kinds.cluster import workload as W
-
     rows = []
     for seed in args.node_seeds:
-        wcfg = copy.deepcopy(run.cfg["workload"])
-        wcfg["nodes"]["sample"]["seed"] = seed
-        train, test, nodes, _ = W.load_workload(wcfg)
+        train, test, cluster = node_sample(run, seed)
         if args.max_pods:
             test = test.subset(np.arange(min(args.max_pods, len(test))))
-        cluster = W.build_cluster(nodes, run.cfg["nodes"], run.cfg["cluster"])
-        print(f"node seed {seed}: {len(test)} test pods, {len(nodes)} nodes", flush=True)
+        print(f"node seed {seed}: {len(test)} test pods, {cluster.n_nodes} nodes", flush=True)
         rows += [{"node_seed": seed, **r} for r in evaluate(args, run, train, test, cluster, weights)]
     df = pd.DataFrame(rows)
     eft = df[df.policy == "eft"].set_index(["node_seed", "load"])["mean_jct"]
@@ -310,6 +320,19 @@ def node_seed_table(args: argparse.Namespace, run, weights: dict) -> pd.DataFram
     print(summary.to_string(index=False))
     print(f"saved {args.out / 'node_seeds.md'} and node_seeds.csv", flush=True)
     return df
+
+
+def node_sample(run, seed: int):
+    """``(train, test, cluster)`` of node sample ``seed`` (``workload.nodes.sample.seed``): the
+    trace imported in memory as ``generate`` would, nothing written."""
+    import copy
+
+    from hybridsched.kinds.cluster import workload as W
+
+    wcfg = copy.deepcopy(run.cfg["workload"])
+    wcfg["nodes"]["sample"]["seed"] = seed
+    train, test, nodes, _ = W.load_workload(wcfg)
+    return train, test, W.build_cluster(nodes, run.cfg["nodes"], run.cfg["cluster"])
 
 
 def run_scan(args: argparse.Namespace, run, train, cluster, s, fades: tuple[float, ...]) -> None:

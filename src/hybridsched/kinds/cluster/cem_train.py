@@ -72,6 +72,10 @@ class Scenario:
     pods: int
     rate: float
     load: float = float("nan")  # the drawn U(low, high) factor (rate / scale; with rate_of the nominal load)
+    # a window of another node sample (queue_train.Domain): its cluster, and the training split
+    # its policies are fitted on; None = the trainer's own cluster and split
+    cluster: NodeCluster | None = None
+    fit_pods: PodTable | None = None
 
 
 def draw_windows(train: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, n: int, seed: int, *,

@@ -30,12 +30,19 @@ pods wait, ``share`` interpolated linearly at ``x`` in ``wait_curve``'s (load, s
 only, as the 0.26 above).  The test split's own waited share is far from linear in its rate
 (1.2 % at x0.75, 25.7 % at x1), so ``wait_share``'s load 0.75 (0.75 x the factor of 26 %) is
 likely a much busier window than the test split at x0.75.
+
+Node samples (``domains``): the cluster is a sample of 16 of the trace's 1523 nodes, and a policy
+trained on one sample's windows learns that cluster.  With ``domains`` (each a node sample's
+training split and cluster, :class:`Domain`) every window is drawn on a domain picked at random
+(seeded), its load calibrated on that domain's eft, and its cost is ÷ eft's on the same domain;
+the policy is fitted on that domain's training split, as it would be on that cluster.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +59,7 @@ from hybridsched.kinds.cluster.trace import PodTable
 from hybridsched.rl.cem import CEMSettings, train
 
 SELECT_SEED = 1_000_003  # the selection and check scenarios: seeds no generation uses
+DOMAIN_STREAM = 17  # the random stream that picks each window's node sample (apart from the windows' own)
 # (load, share of the pods that wait under eft) on the test split at x0.75-x1.75: the eft rows of
 # the third session's evaluation (docs/cluster.md, "Queue mode"); calibrate: wait_curve's default
 WAIT_CURVE: tuple[tuple[float, float], ...] = ((0.75, 0.012), (1.0, 0.257), (1.25, 0.332), (1.5, 0.436),
@@ -149,14 +157,34 @@ def matched_rate(pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, 
     return float(np.exp(0.5 * (lo + hi)))
 
 
+@dataclass(frozen=True)
+class Domain:
+    """One node sample's training split and cluster, with eft fitted on that split: where
+    :func:`draw_scenarios` draws a window when training across node samples."""
+
+    pods: PodTable
+    cluster: NodeCluster
+    eft: EarliestFinishTime
+
+    @classmethod
+    def of(cls, pods: PodTable, cluster: NodeCluster) -> Domain:
+        """The domain of ``pods`` on ``cluster``, eft fitted on ``pods``."""
+        eft = EarliestFinishTime()
+        eft.fit(pods)
+        return cls(pods, cluster, eft)
+
+
 def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
-                   n: int, seed: int) -> list[Scenario]:
+                   n: int, seed: int, domains: Sequence[Domain] | None = None) -> list[Scenario]:
     """``n`` seeded windows of the training split, each at a load drawn from the mixture; with
     ``strata`` the mixture is cut into equal load bins and window ``j`` draws its load in bin
     ``j % strata`` (every generation then sees light and heavy windows alike).  Load 1 of a
     window is ``base_rate`` or, with ``calibrate: wait_share``, its :func:`matched_rate`; with
     ``calibrate: wait_curve`` load ``x`` of a window is its :func:`matched_rate` at the share of
-    ``wait_curve`` at ``x`` (not a multiple of load 1's)."""
+    ``wait_curve`` at ``x`` (not a multiple of load 1's).  With ``domains`` the windows come from
+    those instead (:func:`draw_across`)."""
+    if domains:
+        return draw_across(domains, s, n, seed)
     kw: dict[str, Any] = {"min_pods": s.min_pods, "max_pods": s.max_pods, "scale": s.base_rate}
     if s.calibrate == "wait_share":
         kw["rate_of"] = lambda pods, load: matched_rate(pods, cluster, eft, s.wait_share) * load
@@ -171,12 +199,29 @@ def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFini
     return [per[j % s.strata][j // s.strata] for j in range(n)]
 
 
+def draw_across(domains: Sequence[Domain], s: QueueTrainSettings, n: int, seed: int) -> list[Scenario]:
+    """``n`` windows, window ``j`` on a domain drawn uniformly (its own random stream, so the
+    windows' draws do not depend on the number of domains' picks), with its load in stratum
+    ``j % strata`` as :func:`draw_scenarios`; each window is drawn, calibrated and costed by eft
+    on its own domain and records that domain's cluster and split."""
+    picks = np.random.default_rng([seed, DOMAIN_STREAM]).integers(0, len(domains), n)
+    edges = np.linspace(s.min_load, s.max_load, max(s.strata, 1) + 1)
+    out = []
+    for j, d in enumerate(picks):
+        b = j % s.strata if s.strata else 0
+        one = replace(s, strata=0, select="mean", min_load=float(edges[b]), max_load=float(edges[b + 1]))
+        dom = domains[int(d)]
+        sc = draw_scenarios(dom.pods, dom.cluster, dom.eft, one, 1, seed * 1009 + j)[0]
+        out.append(replace(sc, cluster=dom.cluster, fit_pods=dom.pods))
+    return out
+
+
 def eval_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFinishTime, s: QueueTrainSettings,
-                   seed: int) -> tuple[list[Scenario], list[Scenario]]:
+                   seed: int, domains: Sequence[Domain] | None = None) -> tuple[list[Scenario], list[Scenario]]:
     """The pick's ``eval_windows`` selection windows and as many check windows of the search
     seeded ``seed`` (seeds no generation uses): :func:`train_order`'s and :func:`fade_scan`'s."""
-    return (draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, seed * 7919 + SELECT_SEED),
-            draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, seed * 7919 + 2 * SELECT_SEED))
+    return (draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, seed * 7919 + SELECT_SEED, domains),
+            draw_scenarios(train_pods, cluster, eft, s, s.eval_windows, seed * 7919 + 2 * SELECT_SEED, domains))
 
 
 def make_policy(theta: np.ndarray, node_policy, train_pods: PodTable | None) -> tuple[LearnedOrder, Any]:
@@ -193,11 +238,16 @@ def make_policy(theta: np.ndarray, node_policy, train_pods: PodTable | None) -> 
 
 def window_costs(theta: np.ndarray, scenarios: list[Scenario], cluster: NodeCluster, node_policy, backfill: str,
                  train_pods: PodTable | None = None) -> np.ndarray:
-    """Per scenario: mean JCT (queue mode, policy ``theta``) / eft's (the default engine)."""
-    order, pol = make_policy(theta, node_policy, train_pods)
+    """Per scenario: mean JCT (queue mode, policy ``theta``) / eft's (the default engine).  A
+    window of another node sample runs on its cluster, the policy fitted on its split."""
+    made: dict[int, tuple[LearnedOrder, Any]] = {}
     costs = []
     for sc in scenarios:
-        tr = simulate_queue(sc.inp, cluster, pol, order, backfill).trace
+        fit_pods = train_pods if sc.fit_pods is None else sc.fit_pods
+        if id(fit_pods) not in made:
+            made[id(fit_pods)] = make_policy(theta, node_policy, fit_pods)
+        order, pol = made[id(fit_pods)]
+        tr = simulate_queue(sc.inp, cluster if sc.cluster is None else sc.cluster, pol, order, backfill).trace
         costs.append(float(np.mean(tr.end - sc.inp.arrival)) / sc.eft_jct)
     return np.array(costs)
 
@@ -221,8 +271,8 @@ def stratum_costs(costs: np.ndarray, s: QueueTrainSettings) -> list[float]:
 
 
 def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CEMSettings, s: QueueTrainSettings,
-                log: Callable[[str], None] | None = None, node_start: np.ndarray | None = None
-                ) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
+                log: Callable[[str], None] | None = None, node_start: np.ndarray | None = None,
+                domains: Sequence[Domain] | None = None) -> tuple[np.ndarray, list[dict[str, float]], dict[str, Any]]:
     """CEM from the all-zero weights: ``(theta, history, metrics)``.  Without ``joint``,
     ``node_policy`` is fitted already (eft, or cem's node scorer) and keeps its node choice, only
     the order is learned (layout ``FEATURES``); with ``joint`` the node choice is learned too
@@ -230,7 +280,12 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
     joint search's start for the node weights (e.g. ``cem``'s trained ones; default 0, eft's
     choice); with ``node_search: fade`` they stay there and only the order and the fade move.
     With a nonzero start the all-zero vector (eft) is a candidate of the pick as well, so the
-    pick falls back to eft when nothing scores better on the selection windows."""
+    pick falls back to eft when nothing scores better on the selection windows.  ``domains``:
+    every window (training, selection and check) on one of these node samples instead of
+    ``train_pods`` on ``cluster`` (joint only: a fixed node policy is fitted on one split)."""
+    if domains and not s.joint:
+        raise HybridschedError("queue training: domains (node samples) need joint = True, the node policy "
+                               "fitted per sample")
     eft = EarliestFinishTime()
     eft.fit(train_pods)
     names = JOINT_FEATURES if s.joint else FEATURES
@@ -254,7 +309,7 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
 
     def objective(thetas: np.ndarray, generation: int) -> np.ndarray:
         means.append(full(thetas[0]))
-        scen = draw_scenarios(train_pods, cluster, eft, s, s.windows, cem.seed * 7919 + generation)
+        scen = draw_scenarios(train_pods, cluster, eft, s, s.windows, cem.seed * 7919 + generation, domains)
         costs = np.array([queue_cost(full(th), scen, cluster, node_policy, s.backfill, train_pods) for th in thetas])
         if log:
             log(f"generation {generation}: best {costs.min():.4f}, mean member {costs.mean():.4f}")
@@ -272,7 +327,7 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
                                "last_mean_cost": result.history[-1]["mean_cost"]}
     theta = candidates[-1]
     if s.eval_windows:
-        select, check = eval_scenarios(train_pods, cluster, eft, s, cem.seed)
+        select, check = eval_scenarios(train_pods, cluster, eft, s, cem.seed, domains)
         per = [window_costs(th, select, cluster, node_policy, s.backfill, train_pods) for th in candidates]
         costs = [select_cost(c, s) for c in per]
         pick = int(np.argmin(costs))  # ties: the earlier generation
@@ -287,6 +342,8 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
                         "check_window_costs": [round(float(c), 4) for c in check_costs]})
         if s.strata:
             metrics.update({"selection_strata": stratum_costs(per[pick], s), "check_strata": stratum_costs(check_costs, s)})
+        if domains:  # which node sample (index into domains) each check window is on
+            metrics["check_domains"] = [next(i for i, d in enumerate(domains) if d.cluster is sc.cluster) for sc in check]
     metrics["weights"] = {f: round(float(v), 6) for f, v in zip(names, theta, strict=True)}
     return np.array([metrics["weights"][f] for f in names]), result.history, metrics
 
