@@ -36,6 +36,7 @@ import pandas as pd
 
 from benchmarks.cluster_quality import _run
 from hybridsched.errors import HybridschedError
+from hybridsched.io import atomic_path, write_frame, write_text
 
 # name -> (node policy, queue order, backfilling); "default" = the default engine (static key, greedy)
 ROWS = {
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics.pop("wall_s", None)
         history = [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
         doc = {"node_policy": args.node, "node_start": args.node_start if s.joint else None, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
-        (args.out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        write_text(args.out / "learned_order.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print("learned order:", weights, flush=True)
     if args.train_only:
         return
@@ -223,15 +224,15 @@ def main(argv: list[str] | None = None) -> None:
     df = pd.DataFrame(evaluate(args, run, train, test, cluster, weights))
     eft = df[df.policy == "eft"].set_index("load")["mean_jct"] if "eft" in args.rows else None
     df["vs_eft"] = df["mean_jct"] / df["load"].map(eft) if eft is not None else np.nan
-    df.to_csv(args.out / "cluster_queue.csv", index=False)
+    write_frame(args.out / "cluster_queue.csv", df)
     show = df.copy()
     for c in ("mean_jct", "p95_jct", "mean_wait", "bound"):
         show[c] = show[c].round(0)
     for c in ("waited", "vs_eft"):
         show[c] = show[c].round(3)
-    (args.out / "cluster_queue.md").write_text(show.to_markdown(index=False) + "\n")
+    write_text(args.out / "cluster_queue.md", show.to_markdown(index=False) + "\n")
     wide = show.pivot_table(index="policy", columns="load", values="vs_eft", sort=False)
-    (args.out / "cluster_queue_vs_eft.md").write_text(wide.to_markdown() + "\n")
+    write_text(args.out / "cluster_queue_vs_eft.md", wide.to_markdown() + "\n")
     plot(df, args.out / "cluster_queue.png")
     print(wide.to_string())
     print(f"saved {args.out / 'cluster_queue.md'} and cluster_queue.png")
@@ -308,13 +309,14 @@ def node_seed_table(args: argparse.Namespace, run, weights: dict) -> pd.DataFram
     df = pd.DataFrame(rows)
     eft = df[df.policy == "eft"].set_index(["node_seed", "load"])["mean_jct"]
     df["vs_eft"] = [m / eft[(sd, ld)] for sd, ld, m in zip(df.node_seed, df.load, df.mean_jct, strict=True)]
-    df.to_csv(args.out / "node_seeds.csv", index=False)
+    write_frame(args.out / "node_seeds.csv", df)
     g = df[df.policy != "eft"].groupby(["policy", "load"], sort=False)["vs_eft"]
     summary = pd.DataFrame({"mean": g.mean(), "min": g.min(), "max": g.max(),
                             "seeds ahead": g.apply(lambda v: f"{int((v < 1).sum())} of {len(v)}")}).reset_index()
     for c in ("mean", "min", "max"):
         summary[c] = summary[c].round(3)
-    (args.out / "node_seeds.md").write_text(
+    write_text(
+        args.out / "node_seeds.md",
         f"Mean JCT ÷ eft's on the same node sample, over node seeds {' '.join(map(str, args.node_seeds))}\n\n"
         + summary.to_markdown(index=False) + "\n")
     print(summary.to_string(index=False))
@@ -351,9 +353,9 @@ def run_scan(args: argparse.Namespace, run, train, cluster, s, fades: tuple[floa
 def write_scan(out: Path, table: pd.DataFrame, doc: dict) -> None:
     """The fade scan's outputs under ``out``: ``fade_scan.csv`` / ``.md`` and the pick's
     ``learned_order.json`` (what ``--weights`` reads)."""
-    table.to_csv(out / "fade_scan.csv", index=False)
-    (out / "fade_scan.md").write_text(table.to_markdown(index=False) + "\n")
-    (out / "learned_order.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_frame(out / "fade_scan.csv", table)
+    write_text(out / "fade_scan.md", table.to_markdown(index=False) + "\n")
+    write_text(out / "learned_order.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print(table.to_string(index=False))
     print(f"pick: {doc['train']['selected_candidate']}; saved {out / 'fade_scan.md'} and learned_order.json",
           flush=True)
@@ -381,7 +383,8 @@ def plot(df: pd.DataFrame, path: Path) -> None:
     axes[0].legend(fontsize=7, ncol=2)
     fig.suptitle("Cluster kind (Alibaba GPU trace, test split): queue mode against load")
     fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, metadata={"Software": None})
     plt.close(fig)
 
 
