@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -160,6 +162,7 @@ def main() -> None:
     from hybridsched.service.settings import load_settings
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # database, models, server log: gone at exit, whatever happens
     settings = load_settings([])
     overrides: list[str] = []
     if args.small_models:

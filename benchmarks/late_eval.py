@@ -183,7 +183,8 @@ def tune_late(trials: int, out: Path, overrides: list[str] | None = None, names:
     # the late heuristics with a search space; the others are variants without weights to tune
     # (eft_late_plain, eft_late_hold, eft_late_spt, eft_late_rank: eft_late's untuned rule)
     names = names or [n for n in LATE if n in cfg["tune"]["spaces"]]
-    tuned = tune_each(cfg, train, cluster, names, trials, Path(tempfile.mkdtemp(prefix="late-tune-")), log=print)
+    with tempfile.TemporaryDirectory(prefix="late-tune-") as studies:  # the Optuna journals are not kept
+        tuned = tune_each(cfg, train, cluster, names, trials, Path(studies), log=print)
     write_json(out / "tuned.json", tuned)
     return tuned
 

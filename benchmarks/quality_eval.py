@@ -23,6 +23,8 @@ every csv in ``<out>``, so runs of separate workloads add up).
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -155,6 +157,7 @@ def main() -> None:
         cluster = cluster_from_config(cfg["cluster"])
         train, test = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
         work = Path(tempfile.mkdtemp(prefix=f"quality-{wname}-"))
+        atexit.register(shutil.rmtree, work, ignore_errors=True)  # studies and models trained here: not kept
         tuned = tune_heuristics(cfg, train, cluster, args.trials, work) if args.trials else {}
         if not tuned:  # no tuning here: the weights in the YAMLs (tuned on the default workload)
             tuned = {n: {"params": {}} for n in cfg["tune"]["spaces"]}

@@ -50,9 +50,10 @@ def mean_latency(spec: dict[str, Any], tasks, cluster: Cluster, real) -> float:
 
 def tune_own(cfg: dict[str, Any], train, cluster: Cluster, trials: int) -> dict[str, Any]:
     """eft_rank's config tuned by the project's study on ``train`` (its validation part)."""
-    storage = str(Path(tempfile.mkdtemp(prefix="headroom-")) / "study.journal")
-    s = TuneSettings.from_dict({**cfg["tune"], "target": TARGET, "n_trials": trials, "n_jobs": 1, "storage": storage})
-    return merge(cfg["policies"]["machine"][TARGET], run_study(s, cfg, train, cluster)["best_params"])
+    with tempfile.TemporaryDirectory(prefix="headroom-") as d:  # the study's journal is not kept
+        s = TuneSettings.from_dict({**cfg["tune"], "target": TARGET, "n_trials": trials, "n_jobs": 1,
+                                    "storage": str(Path(d) / "study.journal")})
+        return merge(cfg["policies"]["machine"][TARGET], run_study(s, cfg, train, cluster)["best_params"])
 
 
 def tune_in_sample(cfg: dict[str, Any], tasks, cluster: Cluster, real, trials: int) -> float:
