@@ -155,11 +155,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="train on windows of these node samples' training splits (--node learned only)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (after --)")
     args = ap.parse_args(argv)
-    seeds = args.train_node_seeds
-    if seeds is not None and len(set(seeds)) < len(seeds):
-        raise HybridschedError(f"--train-node-seeds {' '.join(map(str, seeds))}: needs distinct seeds")
-    if args.train_node_seeds is not None and (args.weights is not None or args.node != "learned"
-                                              or args.fade_scan is not None):
+    train_seeds = args.train_node_seeds
+    if train_seeds is not None and len(set(train_seeds)) < len(train_seeds):
+        raise HybridschedError(f"--train-node-seeds {' '.join(map(str, train_seeds))}: needs distinct seeds")
+    if train_seeds is not None and (args.weights is not None or args.node != "learned" or args.fade_scan is not None):
         raise HybridschedError("--train-node-seeds trains the learned joint policy: not with --weights, --node cem/eft "
                                "or --fade-scan")
     if args.node_seeds is not None and (len(set(args.node_seeds)) < len(args.node_seeds) or "eft" not in args.rows):
