@@ -84,3 +84,17 @@ def test_use_tuned_overlays_best_params(tmp_path):
     cfg.paths.best_params = str(tmp_path / "missing.yaml")
     with pytest.raises(HybridschedError, match="missing.yaml: not found"):
         apply_tuned(cfg)
+
+
+def test_a_dqn_trial_removes_its_model_dir(tmp_path, monkeypatch, train):
+    """The dqn target saves each trial's network to a temp dir for the policy to load; the
+    dir is gone once the trial is scored (they used to pile up in /tmp)."""
+    import tempfile
+
+    from hybridsched.kinds.machine.tuning import evaluate_config, split_validation
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    fit, val = split_validation(train, 0.3)
+    m = evaluate_config("dqn", _cfg(), fit, val, Cluster(), seed=0, dqn_episodes=1)
+    assert m["mean_latency"] > 0
+    assert not list(tmp_path.glob("tune-dqn-*"))

@@ -65,3 +65,16 @@ def test_idle_ms_idles_before_every_timed_call_and_outside_the_timing(monkeypatc
     assert all(r["latency_ms"] < 500 for r in res["table"])  # the idle is not timed
     with pytest.raises(HybridschedError, match="serving.profile.idle_ms: must be >= 0, got -1"):
         ProfileSettings.from_dict({"idle_ms": -1})
+
+
+def test_an_onnx_runner_without_a_workdir_leaves_no_file(tmp_path, monkeypatch):
+    """Without a workdir the exported ONNX file lives in a temp dir only until the session has
+    read it; the runner still serves."""
+    import tempfile
+
+    from hybridsched.kinds.serving.profile import Runner
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    runner = Runner("resnet18", "onnx")
+    assert runner(1) > 0
+    assert not list(tmp_path.glob("serving_onnx_*"))

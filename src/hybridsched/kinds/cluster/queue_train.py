@@ -40,8 +40,7 @@ the policy is fitted on that domain's training split, as it would be on that clu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -200,10 +199,12 @@ def draw_scenarios(train_pods: PodTable, cluster: NodeCluster, eft: EarliestFini
 
 
 def draw_across(domains: Sequence[Domain], s: QueueTrainSettings, n: int, seed: int) -> list[Scenario]:
-    """``n`` windows, window ``j`` on a domain drawn uniformly (its own random stream, so the
-    windows' draws do not depend on the number of domains' picks), with its load in stratum
-    ``j % strata`` as :func:`draw_scenarios`; each window is drawn, calibrated and costed by eft
-    on its own domain and records that domain's cluster and split."""
+    """``n`` windows, each on a domain picked uniformly at random.
+
+    The picks have their own random stream, so a window's draw does not depend on them.
+    Window ``j``'s load is in stratum ``j % strata``, as in :func:`draw_scenarios`.  Each
+    window is drawn, calibrated and costed by eft on its own domain, and records that
+    domain's cluster and training split."""
     picks = np.random.default_rng([seed, DOMAIN_STREAM]).integers(0, len(domains), n)
     edges = np.linspace(s.min_load, s.max_load, max(s.strata, 1) + 1)
     out = []

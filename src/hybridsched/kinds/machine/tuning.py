@@ -231,9 +231,10 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
 
         settings = DQNSettings.from_dict({**cfg["dqn"], "episodes": dqn_episodes, "seed": seed})
         result = train(fit, cluster, settings, on_episode=on_episode)
-        tmp = tempfile.mkdtemp(prefix="tune-dqn-")
-        save_model(tmp, result)
-        policy = DQNPolicy(model_dir=tmp)
+        with tempfile.TemporaryDirectory(prefix="tune-dqn-") as tmp:  # the policy loads it in simulate
+            save_model(tmp, result)
+            trace = simulate(val, cluster, DQNPolicy(model_dir=tmp), real).to_frame()
+        return summarize(trace, cluster)
     trace = simulate(val, cluster, policy, real).to_frame()
     return summarize(trace, cluster)
 

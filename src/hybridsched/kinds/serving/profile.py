@@ -22,6 +22,7 @@ low-load stream times its calls that way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -150,15 +151,18 @@ class Runner:
         elif backend == "onnx":
             import onnxruntime as ort
 
-            path = Path(workdir or tempfile.mkdtemp(prefix="serving_onnx_")) / f"{name}.onnx"
-            if not path.exists():
-                x = torch.zeros(1, *IMAGE)
-                torch.onnx.export(self.model, (x,), str(path), dynamo=False, input_names=["pixel_values"],
-                                  output_names=["logits"], dynamic_axes={"pixel_values": {0: "batch"}}, opset_version=17)
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            with contextlib.ExitStack() as stack:  # without a workdir the file lives until the session has read it
+                root = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="serving_onnx_"))
+                path = Path(root) / f"{name}.onnx"
+                if not path.exists():
+                    x = torch.zeros(1, *IMAGE)
+                    torch.onnx.export(self.model, (x,), str(path), dynamo=False, input_names=["pixel_values"],
+                                      output_names=["logits"], dynamic_axes={"pixel_values": {0: "batch"}},
+                                      opset_version=17)
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = threads
+                opts.inter_op_num_threads = 1
+                self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
             self._run = self._onnx
         else:
             raise HybridschedError(f"serving_profile.backends: unknown backend {backend!r}; known: onnx, torch")
