@@ -329,8 +329,8 @@ def hold_scan(slacks: list[float], overrides: list[str] | None = None) -> dict[s
     pols = policies(cfg, "", "", "", "")
     # the bar of the documented scan: the five late heuristics that existed before the hold
     # (eft_late_hold is what the scan tried; eft_late_spt and eft_late_rank, reserved parts
-    # shortest first, came after)
-    heur = [n for n in LATE if n not in ("eft_late_hold", "eft_late_spt", "eft_late_rank")]
+    # shortest first, and rollout_late came after)
+    heur = [n for n in LATE if n not in ("eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late")]
     rows = []
     for j, (_, tasks, real) in enumerate(draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster,
                                                   s.validation_scenarios)):

@@ -547,6 +547,12 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.wspt_late.kappa": NONNEG,
     "policies.machine.heft_late.w_rank": NONNEG,
     "policies.machine.heft_late.w_fin": NONNEG,
+    "policies.machine.rollout_late.candidates": POS_INT,  # policies/late_rollout.py
+    "policies.machine.rollout_late.shares": NONNEG_INT,
+    "policies.machine.rollout_late.base._target_": Text(),
+    "policies.machine.rollout_late.base.fraction_step": FRACTION,
+    "policies.machine.rollout_late.base.reserved_order": Choice(("fifo", "spt", "rank")),
+    "policies.machine.rollout_late.base.*": NONNEG,
     "policies.serving.cem.drop": FLAG,
     # ordered device queues (policies/ordered.py): the order, and the placement policy's config
     # (its weights are eft's, eft_rank's or dmda's, all >= 0)

@@ -20,6 +20,7 @@ from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate, LateList, SPTLate, WSPTLate
 from hybridsched.kinds.machine.policies.late_dqn import DQNLate, PGLate, n_weights
+from hybridsched.kinds.machine.policies.late_rollout import RolloutLate
 from hybridsched.kinds.machine.policies.late_scorer import CEMLate
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
@@ -47,7 +48,10 @@ def late_policies():
             # reserved parts shortest first (late_engine._shortest_first)
             EFTLate(reserved_order="spt"), HEFTLate(reserved_order="spt", queue_slack=1.0),
             EFTLate(reserved_order="rank"), WSPTLate(reserved_order="rank", queue_slack=2.0),
-            PGLate(model={"hidden": 6, "weights": rnd.tolist(), "queue_slack": 0.5})]
+            PGLate(model={"hidden": 6, "weights": rnd.tolist(), "queue_slack": 0.5}),
+            # the rollout over the pool (late_rollout.py), over a charged heft_late and a held split
+            RolloutLate(HEFTLate(beta_cpu=10.3, beta_gpu=7.5, backlog_s=5.8), 4, 20),
+            RolloutLate(EFTLate(queue_slack=1.0, reserved_order="rank"), 2, 3)]
 
 
 @SETTINGS

@@ -57,12 +57,12 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     names = ["default", "shifted", "bursty", "dag", "rate8", "heldout0", "load1"]
     assert list(dict.fromkeys(table["scenario"])) == names
     pols = {"eft", "eft_load", "eft_rank", "dmda", "eft_spt", "eft_rank_spt", "dmda_wspt", "spt_late", "wspt_late",
-            "eft_late", "heft_late", "eft_late_plain", "eft_late_hold", "eft_late_spt", "eft_late_rank", "cem", "cem_late",
-            "dqn_late", "pg_late"}
+            "eft_late", "heft_late", "eft_late_plain", "eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late", "cem",
+            "cem_late", "dqn_late", "pg_late"}
     assert table.groupby("scenario")["policy"].apply(set).eq(pols).all()
     late = table[table["policy"].isin(["spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain",
-                                       "eft_late_hold", "eft_late_spt", "eft_late_rank", "cem_late", "dqn_late",
-                                       "pg_late"])]
+                                       "eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late", "cem_late",
+                                       "dqn_late", "pg_late"])]
     assert (late["dispatch"] == "late").all() and (table.loc[~table.index.isin(late.index), "dispatch"] == "arrival").all()
     # the LP bound was solved and holds for every policy of both modes
     assert table["bound_lp"].notna().all() and (table["mean_latency"] >= table["bound"] - 1e-9).all()

@@ -37,7 +37,7 @@ from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate
 # benchmarks.late_eval's policy lists (the pipeline's are in conf: scenarios.heuristics / .learned)
 ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda", "eft_spt", "eft_rank_spt", "dmda_wspt")
 LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain", "eft_late_hold", "eft_late_spt",
-        "eft_late_rank")
+        "eft_late_rank", "rollout_late")
 LEARNED = ("cem", "cem_late", "dqn_late", "pg_late")
 Factories = dict[str, Callable[[], Any]]
 
