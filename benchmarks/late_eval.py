@@ -21,7 +21,7 @@ noise from seed k).
     python -m benchmarks.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
     python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
     python -m benchmarks.late_eval --noise-seeds 10 --out /tmp/late_noise   # the learned target under 10 noise seeds
-    python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies wspt_late,pg_late,cem_late  # one busy minute
+    python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies rollout_late,heft_late,pg_late  # one busy minute
 
 The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
 and grid give the same bound), so re-running with another model only simulates.  Writes
@@ -423,7 +423,7 @@ def main() -> None:
                     help="only the wait/service/idle analysis of these policies on a test split (--analyse-on)")
     ap.add_argument("--analyse-on", default="default", choices=list(WORKLOADS),
                     help="the workload whose test split --analyse reads")
-    ap.add_argument("--gantt-policies", default="wspt_late,pg_late,cem_late")
+    ap.add_argument("--gantt-policies", default="rollout_late,heft_late,pg_late")
     ap.add_argument("--train-dqn", default=None, metavar="DIR",
                     help="only train dqn_late into DIR (late_dqn_train.LateDQNSettings; --dqn-set key=value,...)")
     ap.add_argument("--dqn-set", default="", help="LateDQNSettings overrides, e.g. iterations=2,tasks=300")

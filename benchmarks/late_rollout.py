@@ -60,9 +60,9 @@ def against_table(df: pd.DataFrame, table: pd.DataFrame, path: Path) -> pd.DataF
         if own.empty or not np.isclose(float(own.iloc[0]), r["base_mean_latency"], rtol=1e-4, atol=0):
             raise SystemExit(f"{path}: {r['base']} on {r['scenario']} has {own.tolist()}, this run "
                              f"{r['base_mean_latency']}; rerun the scenarios stage on this commit")
-        late = t[(t["dispatch"] == "late") & t["policy"].isin(LIST_LATE)].sort_values("mean_latency").iloc[0]
-        learned = t[(t["dispatch"] == "late") & t["policy"].isin(LEARNED_LATE)].sort_values("mean_latency").iloc[0]
-        best = t[t["policy"] != RolloutLate.name].sort_values("mean_latency").iloc[0]  # every other policy
+        late = t[(t["dispatch"] == "late") & t["policy"].isin(LIST_LATE)].sort_values("mean_latency", kind="stable").iloc[0]
+        learned = t[(t["dispatch"] == "late") & t["policy"].isin(LEARNED_LATE)].sort_values("mean_latency", kind="stable").iloc[0]
+        best = t[t["policy"] != RolloutLate.name].sort_values("mean_latency", kind="stable").iloc[0]  # every other policy
         bound = float(t["bound"].iloc[0])
         rows.append({**r, "bound": round(bound, 5), "rollout_x_bound": round(r["rollout_mean_latency"] / bound, 3),
                      "best_late_heuristic": f"{late['policy']} {late['mean_latency']:.4g}",
