@@ -47,3 +47,18 @@ def run(tasks: TaskTable, cluster: Cluster, policy, seed: int = 0, compiled: boo
 def parents_of(tasks: TaskTable) -> dict[int, list[int]]:
     return {int(tasks.task_id[i]): tasks.task_id[tasks.parents(i)].tolist()
             for i in range(len(tasks)) if len(tasks.parents(i))}
+
+
+def assert_schedule_valid(tr, tasks: TaskTable, cluster: Cluster, parents: dict[int, list[int]], lb, name: str = "") -> None:
+    """The engines' invariants on a trace frame: each task once; devices, memory and dependencies
+    (``check_trace``); GPU shares within memory; the lower bounds ``lb`` (makespan, LP and the
+    larger of LP and solo mean latency) at or below it."""
+    from hybridsched.kinds.machine.metrics import check_trace
+
+    assert sorted(tr["task_id"]) == sorted(tasks.task_id), name
+    assert check_trace(tr, cluster, parents) == [], name
+    assert (tr["fraction"] <= cluster.max_fraction(tasks.memory_mb) + 1e-12).all(), name
+    assert lb.makespan <= (tr["end"].max() - tasks.arrival.min()) * (1 + 1e-9), name
+    mean = (tr["end"] - tr["arrival"]).mean()
+    assert lb.mean_latency_lp <= mean * (1 + 1e-9), name
+    assert lb.mean_latency <= mean * (1 + 1e-9), name

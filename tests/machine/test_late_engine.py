@@ -16,7 +16,6 @@ from hybridsched.kinds.machine.bounds import lower_bound
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.late_engine import RESERVED, simulate_late
-from hybridsched.kinds.machine.metrics import check_trace
 from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.policies.late import EFTLate, HEFTLate, LateList, SPTLate, WSPTLate
 from hybridsched.kinds.machine.policies.late_dqn import DQNLate, PGLate, n_weights
@@ -26,7 +25,7 @@ from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
 from tests.conftest import small_workload
 from tests.machine.sim_helpers import CASES as cases
-from tests.machine.sim_helpers import parents_of
+from tests.machine.sim_helpers import assert_schedule_valid, parents_of
 from tests.machine.sim_helpers import setup_case as _setup
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,15 +61,7 @@ def test_late_policies_keep_the_invariants_and_the_lp_bound_holds(c):
     assert np.isfinite(lb.mean_latency_lp)
     parents = parents_of(tasks)
     for policy in late_policies():
-        tr = simulate(tasks, cluster, policy, real).to_frame()
-        assert sorted(tr["task_id"]) == sorted(tasks.task_id)  # each task once
-        assert check_trace(tr, cluster, parents) == [], policy.name  # devices, memory, deps
-        assert (tr["fraction"] <= cluster.max_fraction(tasks.memory_mb) + 1e-12).all()
-        makespan = tr["end"].max() - tasks.arrival.min()
-        assert lb.makespan <= makespan * (1 + 1e-9), policy.name
-        mean = (tr["end"] - tr["arrival"]).mean()
-        assert lb.mean_latency_lp <= mean * (1 + 1e-9), policy.name
-        assert lb.mean_latency <= mean * (1 + 1e-9), policy.name
+        assert_schedule_valid(simulate(tasks, cluster, policy, real).to_frame(), tasks, cluster, parents, lb, policy.name)
 
 
 @SETTINGS
