@@ -81,15 +81,17 @@ def measure(fn: Callable[[], Any]) -> tuple[float, float]:
     return dt, peak
 
 
-def report(name: str, rows: list[dict[str, Any]], notes: dict[str, Any] | None = None) -> Path:
-    """Print rows as a table and the machine, and save both to metrics/<name>.json."""
+def report(name: str, rows: list[dict[str, Any]], notes: dict[str, Any] | None = None,
+           folder: Path | None = None) -> Path:
+    """Print rows as a table and the machine, and save both to ``folder``/<name>.json (by default
+    metrics/<name>.json)."""
     import pandas as pd
 
     print(pd.DataFrame(rows).to_string(index=False))
     where = machine()
     print(f"machine: {where['cpu_model']}, {where['cores']} cores, load average at start {where['load_average_at_start']}"
           f", at end {where['load_average_at_end']}")
-    out = ROOT / "metrics" / f"{name}.json"
+    out = (folder if folder is not None else ROOT / "metrics") / f"{name}.json"
     if SMOKE:
         print(f"smoke run: {out} not written")
         return out

@@ -1,4 +1,4 @@
-"""The queue mode's fade scan (``queue_train.fade_scan``, ``benchmarks.cluster_queue --fade-scan``):
+"""The queue mode's fade scan (``queue_train.fade_scan``, ``studies.cluster_queue --fade-scan``):
 no training, ``cem``'s node weights with the ``sjf`` order at several backlog fades, and ``eft``,
 scored on the training run's selection and check windows.  A shrunk scan writes byte-identical
 outputs twice, its pick is the lowest worst selection stratum and ``--weights`` evaluates it; a
@@ -34,7 +34,7 @@ OUTS = ("fade_scan.csv", "fade_scan.md", "learned_order.json")
 def test_documented_fade_scan_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     """The documented scan, shrunk: the fixture workload and its tiny cem model, 4 selection and
     4 check windows of 20-40 pods (a two-point wait curve), fades 0, 1 and 30."""
-    from benchmarks.cluster_queue import main
+    from studies.cluster_queue import main
     from tests.cluster.test_queue_mode import fixture_with_tiny_cem
 
     ov = fixture_with_tiny_cem(tmp_path)
@@ -142,13 +142,13 @@ def test_large_fade_is_efts_model_not_always_efts_node():
 
 
 def test_bad_fade_scan_is_one_line():
-    from benchmarks.cluster_queue import parse_fades
+    from studies.cluster_queue import parse_fades
     from tests.file_access import ROOT, run
 
     assert parse_fades("0,1,2,4,8,30") == (0.0, 1.0, 2.0, 4.0, 8.0, 30.0) and parse_fades("-0.5") == (-0.5,)
     for bad in ("", "1,,2", "1,x", "nan", "1,inf", "1,1"):
         with pytest.raises(HybridschedError, match="--fade-scan: .* distinct finite numbers"):
             parse_fades(bad)
-    r = run(sys.executable, "-m", "benchmarks.cluster_queue", "--fade-scan", "1,x", cwd=ROOT)
+    r = run(sys.executable, "-m", "studies.cluster_queue", "--fade-scan", "1,x", cwd=ROOT)
     assert r.returncode == 1 and r.stderr.splitlines() == [
         "error: --fade-scan: '1,x' is not a list of distinct finite numbers, comma-separated (e.g. 0,1,2,4,8,30)"]

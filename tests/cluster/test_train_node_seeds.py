@@ -1,5 +1,5 @@
 """Training the queue mode's learned policy across node samples (``queue_train.Domain``,
-``benchmarks.cluster_queue --train-node-seeds``): every window is drawn on one of the samples, run
+``studies.cluster_queue --train-node-seeds``): every window is drawn on one of the samples, run
 on that sample's cluster with the policy fitted on its training split and costed ÷ eft's there;
 the shrunk documented run is byte-identical on rerun; bad flags are one line."""
 
@@ -22,7 +22,7 @@ def test_windows_run_on_their_own_sample_and_eft_costs_one(tmp_path):
     domain's, and the all-zero joint vector (eft, trace for trace) costs exactly 1 on every
     window, which holds only if the window runs on its own cluster with the policy fitted on its
     own split.  Both samples are drawn, and the draw is the same on rerun."""
-    from benchmarks.cluster_queue import node_sample
+    from studies.cluster_queue import node_sample
     from hybridsched.kinds.cluster.queue_policy import JOINT_FEATURES
     from hybridsched.kinds.cluster.queue_train import Domain, QueueTrainSettings, draw_across, window_costs
     from tests.runs import compose_run
@@ -60,7 +60,7 @@ def test_documented_training_across_samples_runs_shrunk_and_is_identical_on_reru
     """The documented ``--train-node-seeds`` run, shrunk (fixture workload, samples 1 and 2, eft's
     node start): the same ``learned_order.json`` twice, recording the samples and which of them
     each check window was on."""
-    from benchmarks.cluster_queue import main
+    from studies.cluster_queue import main
 
     ov = _fixture(tmp_path)
     for d in ("a", "b"):
@@ -77,7 +77,7 @@ def test_documented_training_across_samples_runs_shrunk_and_is_identical_on_reru
 
 
 def test_train_node_seeds_bad_flags_are_one_line(tmp_path):
-    from benchmarks.cluster_queue import main
+    from studies.cluster_queue import main
 
     ov = _fixture(tmp_path)
     w = tmp_path / "w.json"

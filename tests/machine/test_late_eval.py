@@ -1,4 +1,4 @@
-"""benchmarks.late_eval's report modes, shrunk: the Gantt chart of one busy minute, the load
+"""studies.late_eval's report modes, shrunk: the Gantt chart of one busy minute, the load
 sweep, the idle analysis and the dqn_late training entry point (all into tmp_path)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks import late_eval
+from studies import late_eval
 from hybridsched.errors import HybridschedError
 
 
@@ -23,7 +23,7 @@ def test_gantt_writes_one_busy_minute(tmp_path, monkeypatch):
     png = tmp_path / "img" / "late_gantt.png"
     none = str(tmp_path / "no_model")
     _main(monkeypatch, "--gantt", str(png), "--gantt-policies", "wspt_late,eft_late", "--cem-late-model", none,
-          "--dqn-late-model", none, "--out", str(tmp_path / "o"))
+          "--dqn-late-model", none, "--pg-late-model", none, "--out", str(tmp_path / "o"))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -39,7 +39,7 @@ def test_sweep_and_analyse_shrunk(tmp_path, monkeypatch):
     none = str(tmp_path / "no_model")
     out = tmp_path / "sweep"
     _main(monkeypatch, "--sweep", "--loads", "0.5,1.1", "--sweep-tasks", "150", "--no-lp", "--cem-model", none,
-          "--cem-late-model", none, "--dqn-late-model", none, "--out", str(out))
+          "--cem-late-model", none, "--dqn-late-model", none, "--pg-late-model", none, "--out", str(out))
     md = (out / "late_sweep.md").read_text()
     assert "load0.5" in md and "load1.1" in md
     table = pd.read_csv(out / "load_sweep.csv")
@@ -49,11 +49,11 @@ def test_sweep_and_analyse_shrunk(tmp_path, monkeypatch):
     lat = table.pivot_table(index="policy", columns="offered_load", values="mean_latency")
     assert (lat[1.1] > lat[0.5]).loc[["wspt_late", "eft_late_plain"]].all()
     _main(monkeypatch, "--analyse", "eft_late_plain", "--cem-late-model", none, "--dqn-late-model", none,
-          "--out", str(tmp_path / "an"))
+          "--pg-late-model", none, "--out", str(tmp_path / "an"))
     text = (tmp_path / "an" / "analyse.md").read_text()
     assert "eft_late_plain" in text and "idle while waiting" in text
     _main(monkeypatch, "--analyse", "eft_late_plain", "--analyse-on", "shifted", "--cem-late-model", none,
-          "--dqn-late-model", none, "--out", str(tmp_path / "an_shifted"))
+          "--dqn-late-model", none, "--pg-late-model", none, "--out", str(tmp_path / "an_shifted"))
     # shifted's test split is CPU-friendly: plain late EFT keeps the one CPU busier there than on default
     util = {w: float(pd.read_csv(tmp_path / d / "analyse.csv")["CPU util"].iloc[0])
             for w, d in (("default", "an"), ("shifted", "an_shifted"))}
@@ -165,10 +165,14 @@ def test_tune_entry_point_takes_named_heuristics_and_refuses_one_without_a_space
 
 def test_noise_seeds_shrunk_reproduce_the_table_at_seed_0(tmp_path, monkeypatch):
     # the documented `--noise-seeds 10`, shrunk: default and one small held-out draw, two seeds;
-    # noise 0 is the ordinary table's noise (the same ratios as its rows), noise 1 is other noise
+    # noise 0 is the ordinary table's noise (the same ratios as its rows), noise 1 is other noise;
+    # the learned policy is a tiny trained pg_late (tests/machine/late_models.py)
+    from tests.machine.late_models import train_tiny
+
     none = str(tmp_path / "no_model")
+    pg = train_tiny(tmp_path / "models", ("pg_late",)) / "pg_late"
     common = ["--workloads", "default", "--heldout", "1", "--heldout-tasks", "300", "--cem-model", none,
-              "--cem-late-model", none, "--dqn-late-model", none]
+              "--cem-late-model", none, "--dqn-late-model", none, "--pg-late-model", str(pg)]
     _main(monkeypatch, "--noise-seeds", "2", *common, "--out", str(tmp_path / "n"))
     _main(monkeypatch, "--no-lp", *common, "--out", str(tmp_path / "t"))
     allr = pd.read_csv(tmp_path / "n" / "noise_seeds.csv")

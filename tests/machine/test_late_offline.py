@@ -1,4 +1,4 @@
-"""benchmarks.late_offline, shrunk: the offline search over static task orders and splits starts from the
+"""studies.late_offline, shrunk: the offline search over static task orders and splits starts from the
 policy's own schedule order, never ends above where it started, writes keys that rerun as a
 policy to the reported figure, stays above the LP bound, and writes the same files twice."""
 
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import late_offline
-from benchmarks.late_eval import scenarios
+from studies import late_offline
+from studies.late_eval import scenarios
 from hybridsched.devices import Cluster
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.engine import task_matrix
@@ -73,7 +73,7 @@ def test_blind_search_does_not_see_the_scenario_noise(tmp_path, monkeypatch):
 
 
 def test_heldout_draw_is_the_scenario_tables(tmp_path, monkeypatch):
-    """--workload heldoutK searches held-out draw k as benchmarks.late_eval builds it (tasks and
+    """--workload heldoutK searches held-out draw k as studies.late_eval builds it (tasks and
     noise from seed k), from the start policy's own run there."""
     out = tmp_path / "h1"
     _main(monkeypatch, "--workload", "heldout1", "--heldout-tasks", "150", "--start", "eft_late_plain", "--iters", "100",
@@ -89,11 +89,16 @@ def test_heldout_draw_is_the_scenario_tables(tmp_path, monkeypatch):
 
 def test_start_from_a_learned_policy_fixes_its_shares(tmp_path, monkeypatch):
     """From pg_late's run every task starts with the share it had there (a learned policy has no
-    split rule to keep), and the engine keeps its reserved order."""
+    split rule to keep), and the engine keeps its reserved order.  The model: a tiny trained
+    pg_late whose reserved parts run by rank, as the pipeline's (tests/machine/late_models.py)."""
+    from tests.machine.late_models import train_tiny
+
+    model = train_tiny(tmp_path / "models", ("pg_late",)) / "pg_late"
+    shrink = (*SHRINK, f"policies.machine.pg_late.model_dir={model}")
     out = tmp_path / "pg"
-    _main(monkeypatch, "--start", "pg_late", "--iters", "0", "--other-noise", "0", "--out", str(out), *SHRINK)
+    _main(monkeypatch, "--start", "pg_late", "--iters", "0", "--other-noise", "0", "--out", str(out), *shrink)
     r = json.loads((out / "offline.json").read_text())
-    name, tasks, cluster, seed, cfg = scenarios(["default"], 0, 0, list(SHRINK[1:]))[0]
+    name, tasks, cluster, seed, cfg = scenarios(["default"], 0, 0, list(shrink[1:]))[0]
     pg = instantiate(cfg["policies"]["machine"]["pg_late"])
     own = simulate(tasks, cluster, pg, cluster.sample_noise(len(tasks), np.random.default_rng(seed)))
     sched = json.loads((out / "offline_schedule.json").read_text())

@@ -1,7 +1,7 @@
 """The rollout dispatcher ``rollout_late`` (``policies/late_rollout.py``): with one candidate
 and no share steps it is its base heuristic trace for trace; with more it keeps the late
 engine's invariants and the LP bound and the compiled kernel matches the plain-Python one; its
-config builds it over heft_late; and ``benchmarks/late_rollout.py``'s files repeat on rerun."""
+config builds it over heft_late; and ``studies/late_rollout.py``'s files repeat on rerun."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from benchmarks import late_rollout
+from studies import late_rollout
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.policies.late_rollout import RolloutLate
@@ -59,7 +59,7 @@ def test_rollouts_keep_the_invariants_the_bound_and_the_reference(c):
 
 
 def test_the_config_is_a_rollout_over_heft_late_and_bad_settings_are_one_line():
-    from benchmarks.quality_eval import compose
+    from studies.quality_eval import compose
 
     specs = compose([])["policies"]["machine"]
     ro = instantiate(specs["rollout_late"])
@@ -79,7 +79,7 @@ def _main(monkeypatch, *argv: str) -> None:
     late_rollout.main()
 
 
-def test_the_benchmark_repeats_and_one_candidate_is_the_base(tmp_path, monkeypatch):
+def test_the_study_repeats_and_one_candidate_is_the_base(tmp_path, monkeypatch):
     runs = []
     for k in range(2):
         out = tmp_path / f"run{k}"

@@ -1,4 +1,4 @@
-"""``benchmarks.late_tune_mixture``: the late heuristics tuned on ``cem.machine``'s training
+"""``studies.late_tune_mixture``: the late heuristics tuned on ``cem.machine``'s training
 mixture.  Shrunk, it writes byte-identical files twice; trial 0 is the YAML's weights, so the
 best cost is never above it; the overrides it writes compose and set the tuned values; bad
 flags are one line."""
@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from benchmarks.late_tune_mixture import main, tune_mixture
+from studies.late_tune_mixture import main, tune_mixture
 from hybridsched.errors import HybridschedError
 
 SHRUNK = ["--", "cem.machine.tasks=120"]
 
 
 def test_shrunk_run_is_identical_on_rerun_and_its_overrides_compose(tmp_path):
-    from benchmarks.quality_eval import compose
+    from studies.quality_eval import compose
 
     for d in ("a", "b"):
         main(["--trials", "4", "--draws", "2", "--policies", "spt_late,heft_late", "--out", str(tmp_path / d), *SHRUNK])
@@ -35,7 +35,7 @@ def test_shrunk_run_is_identical_on_rerun_and_its_overrides_compose(tmp_path):
 
 def test_trial_zero_is_the_yaml_weights():
     """With one trial the best is trial 0: the YAML's own weights, unchanged."""
-    from benchmarks.quality_eval import compose
+    from studies.quality_eval import compose
 
     doc = tune_mixture(1, 1, ["cem.machine.tasks=120"], ["wspt_late"], log=lambda m: None)
     r = doc["heuristics"]["wspt_late"]
@@ -59,13 +59,16 @@ def test_late_eval_takes_the_overrides_and_only_the_tuned_heuristics_move(tmp_pa
 
     import pandas as pd
 
-    from benchmarks import late_eval
+    from studies import late_eval
 
     main(["--trials", "6", "--draws", "2", "--policies", "spt_late", "--out", str(tmp_path / "mix"), *SHRUNK])
     lines = (tmp_path / "mix" / "overrides.txt").read_text().split()
+    from tests.machine.late_models import train_tiny
+
     none = str(tmp_path / "no_model")
+    pg = train_tiny(tmp_path / "models", ("pg_late",)) / "pg_late"  # a tiny trained pg_late
     common = ["late_eval", "--no-lp", "--workloads", "default", "--heldout", "0", "--cem-model", none,
-              "--cem-late-model", none, "--dqn-late-model", none]
+              "--cem-late-model", none, "--dqn-late-model", none, "--pg-late-model", str(pg)]
     for d, ov in (("yaml", []), ("mix", ["--", *lines])):
         monkeypatch.setattr(sys, "argv", [*common, "--out", str(tmp_path / f"eval_{d}"), *ov])
         late_eval.main()

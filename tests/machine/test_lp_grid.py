@@ -1,4 +1,4 @@
-"""benchmarks.lp_grid, shrunk: the LP bound per grid and piece-cut count on one scenario, each
+"""studies.lp_grid, shrunk: the LP bound per grid and piece-cut count on one scenario, each
 policy × each bound, the same files twice, and bad flags as one line."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import lp_grid
-from benchmarks.late_eval import scenarios
+from studies import lp_grid
+from studies.late_eval import scenarios
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.sim import simulate
 

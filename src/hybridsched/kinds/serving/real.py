@@ -21,7 +21,7 @@ earlier) for every batch; for a profile with single-lane rows ``alone``, ``dyn``
 served table scaled per variant to the service times measured during the real run (median
 ratio) and the service noise measured around it (lognormal sigma), which separates a drifted
 table (a shared machine's load changes) from the simulator's queueing and batching model.
-Command: ``python -m stages.real workload=serving`` (stages/real.py), or the evaluate stage
+Command: ``python -m studies.real workload=serving`` (studies/real.py), or the evaluate stage
 with ``serving.real.enabled=true``.
 """
 

@@ -334,7 +334,7 @@ def simulate(run: Run) -> pd.DataFrame:
 
 def sim_vs_real(run: Run) -> pd.DataFrame:
     """Real vs simulated P50/P95 per policy and class (real.py) into metrics/plots/kind/
-    (``python -m stages.real``; the evaluate stage runs it when ``serving.real.enabled``)."""
+    (``python -m studies.real``; the evaluate stage runs it when ``serving.real.enabled``)."""
     from hybridsched.kinds.serving.real import sim_vs_real as real_report
 
     return real_report(run, run.metrics_dir / "plots" / "kind")

@@ -11,12 +11,13 @@
 
 and the clairvoyant ``oracle_rank`` (eft_rank's cost on the true run times and device free
 times, as ``oracle`` is to ``eft``), with the YAML weights. Test splits and noise seeds as in
-``benchmarks.quality_eval`` (named workloads: noise seed ``sim.seed``; held-out draw k: tasks
+``studies.quality_eval`` (named workloads: noise seed ``sim.seed``; held-out draw k: tasks
 and noise from seed k).
 
-    python -m benchmarks.quality_headroom --trials 20 --ceiling-trials 40 --heldout 5   # ~10 min on 2 loaded cores
+    python -m studies.quality_headroom --trials 20 --ceiling-trials 40 --heldout 5   # ~10 min on 2 loaded cores
 
-Writes ``<out>/headroom.csv`` and metrics/quality_headroom.json (benchmarks.common.report).
+Writes ``<out>/headroom.csv`` and ``<out>/quality_headroom.json`` (benchmarks.common.report); ``--out`` by
+default: studies-out/quality, git-ignored.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import report
-from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
+from studies.quality_eval import WORKLOADS, compose, heldout_spec
 from hybridsched.io import write_frame
 from hybridsched.kinds.base import instantiate
 from hybridsched.devices import Cluster, cluster_from_config
@@ -93,7 +94,7 @@ def main() -> None:
     ap.add_argument("--heldout-tasks", type=int, default=3000)
     ap.add_argument("--trials", type=int, default=20, help="Optuna trials per study (trial 0 = the YAML weights)")
     ap.add_argument("--ceiling-trials", type=int, default=40, help="TPE trials of the in-sample search")
-    ap.add_argument("--out", default="metrics/quality")
+    ap.add_argument("--out", default="studies-out/quality")
     args = ap.parse_args()
     rows = []
     for wname in [w for w in args.workloads.split(",") if w]:
@@ -110,7 +111,7 @@ def main() -> None:
             train = generate(spec, args.heldout_tasks, np.random.default_rng([7, k]), cpu_gflops=cluster.cpu_gflops)
             rows.append(row(w["name"], cfg, train, test, cluster, k, args.trials, args.ceiling_trials))
     write_frame(Path(args.out) / "headroom.csv", pd.DataFrame(rows))
-    report("quality_headroom", rows, {"trials": args.trials, "ceiling_trials": args.ceiling_trials})
+    report("quality_headroom", rows, {"trials": args.trials, "ceiling_trials": args.ceiling_trials}, folder=Path(args.out))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ of each task put on the CPU by task-intensity bin, the share of CPU-only and GPU
 decisions, and how GPU parts spread over the GPUs.  Reads the traces of the last `dvc repro`
 (data/traces/, data/workload/test.parquet); writes nothing.
 
-Run: `python -m benchmarks.action_frequencies [--policies eft eft_rank hybrid_ml dqn cem]`.
+Run: `python -m studies.action_frequencies [--policies eft eft_rank hybrid_ml dqn cem]`.
 """
 
 from __future__ import annotations

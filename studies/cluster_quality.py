@@ -3,7 +3,7 @@ rate-scaled copies of it (arrivals divided by the factor), against eft and the l
 
 Run (after generate, train_rf, train_dqn and train_cem of `workload=alibaba_gpu_2023`):
 
-    python -m benchmarks.cluster_quality --out /tmp/cluster_quality --rates 1 0.75 1.25 1.5 \
+    python -m studies.cluster_quality --out /tmp/cluster_quality --rates 1 0.75 1.25 1.5 \
         -- workload=alibaba_gpu_2023 [paths.workload_dir=... rf.model_dir=... dqn.model_dir=... cem.model_dir=...]
 
 The arguments after ``--`` are Hydra overrides of conf/ (as for the stages).  Writes

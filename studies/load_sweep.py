@@ -1,4 +1,9 @@
-"""Stage: every policy's mean and P99 latency against offered load, with the solo and LP bounds."""
+"""Every policy's mean and P99 latency against offered load, with the solo and LP bounds:
+
+    python -m studies.load_sweep 'load_sweep.loads=[0.5,0.9]' load_sweep.n_tasks=500
+
+Settings ``load_sweep`` (conf/load_sweep/default.yaml); writes under ``load_sweep.out``
+(``studies-out/load_sweep``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Issue 22's fairer bar: the late heuristics tuned on the mixture the learned policies train on.
 
 The late heuristics' YAML weights are tuned on the default workload's training split
-(``tune``, ``benchmarks.late_eval --tune``); the learned late policies (``cem_late``,
+(``tune``, ``studies.late_eval --tune``); the learned late policies (``cem_late``,
 ``dqn_late``, ``pg_late``) train on draws of ``cem.machine``'s mixture.  Here each late
 heuristic with a search space (``tune.spaces``) is tuned on draws of that mixture instead:
 Optuna's TPE sampler (seeded by ``tune.seed``), trial 0 the YAML's weights, the cost the mean
@@ -10,8 +10,8 @@ the learned policies' cost is.  The draws are the training stream's (``cem_train
 ``_TRAIN_STREAM``, index 0), never the validation or selection draws, the test splits or the
 held-out draws.
 
-    python -m benchmarks.late_tune_mixture --trials 300 --out /tmp/late_mix
-    python -m benchmarks.late_eval --no-lp --out /tmp/late_mix_eval -- $(cat /tmp/late_mix/overrides.txt)
+    python -m studies.late_tune_mixture --trials 300 --out /tmp/late_mix
+    python -m studies.late_eval --no-lp --out /tmp/late_mix_eval -- $(cat /tmp/late_mix/overrides.txt)
 
 Writes ``<out>/tuned_mixture.json`` (per heuristic: the best parameters, trial 0's and the best
 cost) and ``<out>/overrides.txt`` (the best parameters as Hydra overrides, one per line, for
@@ -37,9 +37,9 @@ def tune_mixture(trials: int, n_draws: int, overrides: list[str] | None = None, 
     name -> ``{"params", "default", "best"}`` (costs: mean latency ÷ ``eft_late_plain``'s)."""
     import optuna
 
-    from benchmarks.quality_eval import compose
+    from studies.quality_eval import compose
     from hybridsched.devices import cluster_from_config
-    from hybridsched.kinds.base import instantiate
+    from hybridsched.kinds.base import instantiate, without_tuned
     from hybridsched.kinds.machine.cem_train import _TRAIN_STREAM, MachineCEMSettings, draw_set
     from hybridsched.kinds.machine.scenarios_late import LATE
     from hybridsched.kinds.machine.sim import simulate
@@ -61,7 +61,7 @@ def tune_mixture(trials: int, n_draws: int, overrides: list[str] | None = None, 
     def latencies(node: dict[str, Any]) -> np.ndarray:
         out = []
         for _, tasks, real in draws:
-            tr = simulate(tasks, cluster, instantiate(node), real)
+            tr = simulate(tasks, cluster, instantiate(without_tuned(node)), real)  # the trial's values, no stage's
             out.append(float(np.mean(tr.end - tr.arrival)))
         return np.array(out)
 
@@ -83,8 +83,10 @@ def tune_mixture(trials: int, n_draws: int, overrides: list[str] | None = None, 
 
 
 def override_lines(tuned: dict[str, Any]) -> list[str]:
-    """The best parameters as Hydra overrides (``policies.machine.<name>.<param>=<value>``)."""
-    return [f"policies.machine.{name}.{k}={v}" for name, r in tuned["heuristics"].items() for k, v in r["params"].items()]
+    """The best parameters as Hydra overrides (``policies.machine.<name>.<param>=<value>``), each
+    policy's ``tuned=null`` first so that these values, not the tune_heuristics stage's, are used."""
+    return [line for name, r in tuned["heuristics"].items()
+            for line in (f"policies.machine.{name}.tuned=null", *(f"policies.machine.{name}.{k}={v}" for k, v in r["params"].items()))]
 
 
 def main(argv: list[str] | None = None) -> None:

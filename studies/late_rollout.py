@@ -8,7 +8,7 @@ training splits (how the YAML's 8 candidates and 20 shares over ``heft_late`` we
 stage, and then each row is set against ``--table`` (the stage's ``table.csv``): the LP bound,
 the best late heuristic and the best learned late policy.
 
-Run: ``python -m benchmarks.late_rollout --out /tmp/late_rollout`` (``[--workloads default,...]
+Run: ``python -m studies.late_rollout --out /tmp/late_rollout`` (``[--workloads default,...]
 [--split test|train] [--heldout K] [--candidates M,...] [--shares S,...] [--base NAME] [-- hydra
 overrides]``).  Writes ``<out>/rollout.csv`` and ``.md``.
 """
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.late_eval import HELDOUT, HELDOUT_TASKS, scenarios
-from benchmarks.quality_eval import WORKLOADS, compose
+from studies.late_eval import HELDOUT, HELDOUT_TASKS, scenarios
+from studies.quality_eval import WORKLOADS, compose
 from hybridsched.devices import cluster_from_config
 from hybridsched.io import write_frame, write_text
 from hybridsched.kinds.base import instantiate

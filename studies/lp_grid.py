@@ -6,7 +6,7 @@ dyadic cover's ``rho`` and ``LPSettings.piece_cuts``, base width ``delta`` as co
 with ``--policies``, runs those policies on the same tasks and noise, so the table shows each
 policy × each bound: how much of a policy's gap to the bound is the bound's own slack.
 
-Run: ``python -m benchmarks.lp_grid --out /tmp/lp_grid`` (the default workload's test split;
+Run: ``python -m studies.lp_grid --out /tmp/lp_grid`` (the default workload's test split;
 ``[--workload NAME|heldoutK] [--heldout-tasks N] [--grids RHO:CUTS ...] [--policies NAME ...]
 [-- hydra overrides]``). Writes ``<out>/lp_grid.json`` and ``<out>/lp_grid.md`` (no timings,
 so a rerun writes the same files; the solve times are printed).
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.late_eval import HELDOUT, HELDOUT_TASKS, one_scenario
-from benchmarks.quality_eval import WORKLOADS
+from studies.late_eval import HELDOUT, HELDOUT_TASKS, one_scenario
+from studies.quality_eval import WORKLOADS
 from hybridsched.errors import HybridschedError
 from hybridsched.io import write_json, write_text
 from hybridsched.kinds.base import instantiate

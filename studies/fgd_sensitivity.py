@@ -7,8 +7,9 @@ in the measure) and the x bucketing to ours (floor instead of round; reporting o
 base runs).  Each variant reruns only the policies the rule touches; the others keep the base
 numbers.  Every pod list, 10 seeds, median unallocated GPU % at x = 100 and 130.
 
-Run: ``python -m benchmarks.fgd_sensitivity [--seeds 10] [--workers 2] [--lists default gpushare40 multigpu20]``;
-writes ``metrics/fgd_sensitivity.json`` and ``metrics/fgd_sensitivity.md`` (``--out`` to change the folder).
+Run: ``python -m studies.fgd_sensitivity [--seeds 10] [--workers 2] [--lists default gpushare40 multigpu20]``;
+writes ``studies-out/fgd_sensitivity.json`` and ``studies-out/fgd_sensitivity.md`` (git-ignored; ``--out`` to change
+the folder).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--lists", nargs="+", default=["default", "gpushare40", "multigpu20"])
     ap.add_argument("--traces", default=str(TRACES))
-    ap.add_argument("--out", default="metrics")
+    ap.add_argument("--out", default="studies-out")
     args = ap.parse_args()
     node_path = str(Path(args.traces) / "openb_node_list_all_node.csv")
     jobs = []

@@ -26,7 +26,7 @@ So ``LP bound <= optimum <= search`` on the scenario, for schedules of the engin
 noise was worth: ``--other-noise K`` reruns the found keys and shares, and the start policy,
 under K other noise draws of the same tasks.
 
-Run: ``python -m benchmarks.late_offline --out /tmp/late_offline`` (the default workload's test
+Run: ``python -m studies.late_offline --out /tmp/late_offline`` (the default workload's test
 split from heft_late's run; ``[--workload NAME|heldoutK] [--heldout-tasks N] [--start POLICY] [--iters N] [--window W]
 [--split-moves P] [--seed S] [--other-noise K] [--lp-rho R] [-- hydra overrides]``). Writes ``<out>/offline.json``
 (the figures and the search's progress) and ``<out>/offline_schedule.json`` (per task its key
@@ -43,8 +43,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numba import njit
 
-from benchmarks.late_eval import HELDOUT, HELDOUT_TASKS, one_scenario
-from benchmarks.quality_eval import WORKLOADS
+from studies.late_eval import HELDOUT, HELDOUT_TASKS, one_scenario
+from studies.quality_eval import WORKLOADS
 from hybridsched.io import write_json
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.bounds_lp import LPSettings

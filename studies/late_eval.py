@@ -6,26 +6,26 @@ late-mode heuristic with the weights in their YAMLs (tuned on the default worklo
 training split; ``eft_late_plain`` is ``eft_late`` untuned, all weights 0, as ``eft`` is to
 eft_rank), and the learned ``cem`` (arrival, ``--cem-model``) and ``cem_late`` (late,
 ``--cem-late-model``) unchanged on every scenario.  Same tasks and noise as
-``benchmarks.quality_eval`` (test split, noise seed ``sim.seed``; held-out draw k: tasks and
+``studies.quality_eval`` (test split, noise seed ``sim.seed``; held-out draw k: tasks and
 noise from seed k).
 
-    python -m benchmarks.late_eval --out /tmp/late --lp-rho 1             # ~25 min on a loaded 2-core box (LP)
-    python -m benchmarks.late_eval --out /tmp/late --no-lp --heldout 0 --workloads default
-    python -m benchmarks.late_eval --tune 1000 --out /tmp/late_tune    # tune the late heuristics (default train split)
-    python -m benchmarks.late_eval --validate models/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
-    python -m benchmarks.late_eval --train-dqn benchmarks/late_models/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
-    python -m benchmarks.late_eval --train-pg benchmarks/late_models/pg_late --out /tmp/pg_late \
+    python -m studies.late_eval --out /tmp/late --lp-rho 1             # ~25 min on a loaded 2-core box (LP)
+    python -m studies.late_eval --out /tmp/late --no-lp --heldout 0 --workloads default
+    python -m studies.late_eval --tune 1000 --out /tmp/late_tune    # tune the late heuristics (default train split)
+    python -m studies.late_eval --validate models/late/cem_late,/tmp/other --out /tmp/v   # models on the validation draws
+    python -m studies.late_eval --train-dqn /tmp/dqn_late --out /tmp/dqn_late  # train dqn_late (~10 min)
+    python -m studies.late_eval --train-pg /tmp/pg_late --out /tmp/pg_late \
         --pg-set b_beta_cpu=11.0,b_beta_gpu=7.14,b_backlog_s=1.6,c_option=1,hidden=32,reserved_order=rank   # train pg_late (~11 min)
-    python -m benchmarks.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
-    python -m benchmarks.late_eval --hold-scan 1,2,4,8,16 --out /tmp/late_hold   # the split hold on the validation draws
-    python -m benchmarks.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
-    python -m benchmarks.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
-    python -m benchmarks.late_eval --noise-seeds 10 --out /tmp/late_noise   # the learned target under 10 noise seeds
-    python -m benchmarks.late_eval --gantt docs/img/late_gantt.png --gantt-policies rollout_late,heft_late,pg_late  # one busy minute
+    python -m studies.late_eval --analyse wspt_late,eft_late,eft_late_plain --out /tmp/late_an   # idle analysis
+    python -m studies.late_eval --hold-scan 1,2,4,8,16 --out /tmp/late_hold   # the split hold on the validation draws
+    python -m studies.late_eval --analyse eft_late,pg_late --analyse-on shifted --out /tmp/late_an_shifted
+    python -m studies.late_eval --sweep --out /tmp/late_sweep      # the load sweep 0.5-1.2 (1,500 tasks per load)
+    python -m studies.late_eval --noise-seeds 10 --out /tmp/late_noise   # the learned target under 10 noise seeds
+    python -m studies.late_eval --gantt docs/img/late_gantt.png --gantt-policies rollout_late,heft_late,pg_late  # one busy minute
 
 The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
 and grid give the same bound), so re-running with another model only simulates.  Writes
-``<out>/<scenario>.csv`` and ``<out>/late.md``.
+``<out>/<scenario>.csv`` and ``<out>/late.md`` (``--out`` by default: studies-out/late, git-ignored).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.quality_eval import WORKLOADS, compose, heldout_spec
+from studies.quality_eval import WORKLOADS, compose, heldout_spec
 from hybridsched.errors import HybridschedError
 from hybridsched.io import write_frame, write_json, write_text
 from hybridsched.kinds.base import instantiate
@@ -50,9 +50,9 @@ from hybridsched.kinds.machine.scenarios_late import ARRIVAL, LATE, LEARNED, eva
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
-# the learned late models behind docs/machine.md's figures (small JSON, committed: models/ is
-# DVC's); the training commands in the module docstring rewrite them
-MODELS = "benchmarks/late_models"
+# the learned late models behind docs/machine.md's figures: the pipeline's (models/late/<name>,
+# written by DVC); --cem-late-model, --dqn-late-model and --pg-late-model name others
+MODELS = "models/late"
 
 
 def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_model: str = "",
@@ -435,7 +435,7 @@ def main() -> None:
     ap.add_argument("--pg-set", default="", help="LatePGSettings overrides, e.g. iterations=2,init=DIR")
     ap.add_argument("--noise-seeds", type=_non_negative, default=0, metavar="N",
                     help="the learned target under N run-time noise seeds (no LP): <out>/noise_seeds.md")
-    ap.add_argument("--out", default="metrics/late")
+    ap.add_argument("--out", default="studies-out/late")
     ap.add_argument("--validate-policy", default="cem_late", metavar="NAME",
                     help="--validate: the conf policy (policies.machine.NAME) whose model_dir each DIR replaces")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides of conf/ (after --), e.g. of cem.machine's mixture")

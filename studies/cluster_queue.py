@@ -2,15 +2,15 @@
 test split at several loads, with a learned policy (queue order and node choice,
 kinds/cluster/queue_policy.py) trained on a stratified load mixture of training windows
 (kinds/cluster/queue_train.py).  ``--node cem`` / ``eft`` learns the order alone with that node
-policy fixed (the previous version of the benchmark).
+policy fixed (the previous version of the study).
 
 Run (after generate and train_cem of `workload=alibaba_gpu_2023`):
 
-    python -m benchmarks.cluster_queue --out /tmp/cluster_queue --rates 0.75 1 1.25 1.5 \
+    python -m studies.cluster_queue --out /tmp/cluster_queue --rates 0.75 1 1.25 1.5 \
         -- workload=alibaba_gpu_2023 [paths.workload_dir=... cem.model_dir=...]
 
 The arguments after ``--`` are Hydra overrides of conf/ (as for the stages).  Load ``x`` = the
-test split with its arrivals divided by ``x`` (as benchmarks/cluster_quality.py).  Writes under
+test split with its arrivals divided by ``x`` (as studies/cluster_quality.py).  Writes under
 ``--out`` (never into metrics/): ``cluster_queue.csv`` / ``.md`` (one row per load and policy),
 ``cluster_queue.png`` (mean JCT against load), ``learned_order.json`` (the weights and the
 training record).  ``--weights FILE`` evaluates a saved ``learned_order.json`` instead of
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.cluster_quality import _run
+from studies.cluster_quality import _run
 from hybridsched.errors import HybridschedError
 from hybridsched.io import atomic_path, write_frame, write_text
 
@@ -104,8 +104,8 @@ def _policy(run, name: str, train):
 
 def main(argv: list[str] | None = None) -> None:
     from hybridsched.kinds.cluster import workload as W
-    from hybridsched.kinds.cluster.queue_policy import NODE_KEYS
-    from hybridsched.kinds.cluster.queue_train import WAIT_CURVE, Domain, QueueTrainSettings, train_order
+    from hybridsched.kinds.cluster.queue_train import (WAIT_CURVE, Domain, QueueTrainSettings, cem_node_weights,
+                                                       train_queue_model)
     from hybridsched.rl.cem import CEMSettings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         run_scan(args, run, train, cluster, s, fades)
         return
     if args.weights is not None:
-        doc = read_weights(args.weights)
+        doc = read_weights(args.weights, run)
         weights = doc["weights"]
         args.node = doc.get("node_policy", "cem")  # files written before the joint policy: cem's nodes
     else:
@@ -199,19 +199,16 @@ def main(argv: list[str] | None = None) -> None:
         fixed = None if s.joint else _policy(run, args.node, train)
         start = None
         if s.joint and args.node_start == "cem":
-            start = _policy(run, "cem", train).theta[:len(NODE_KEYS)]  # train_cem's node weights
+            start = cem_node_weights(run.cfg["policies"]["cluster"]["cem"], train)  # train_cem's node weights
         domains = None
         if args.train_node_seeds:
             domains = [Domain.of(tr, cl) for tr, _, cl in (node_sample(run, sd) for sd in args.train_node_seeds)]
-        _, history, metrics = train_order(train, cluster, fixed, cem, s, log=lambda m: print(m, flush=True),
-                                          node_start=start, domains=domains)
+        doc = train_queue_model(train, cluster, fixed, cem, s, node_policy_name=args.node,
+                                node_start_name=args.node_start, node_start=start, domains=domains,
+                                log=lambda m: print(m, flush=True))
         if domains:
-            metrics["train_node_seeds"] = list(args.train_node_seeds)
-        weights = metrics["weights"]
-        # wall times are left out: the file is identical on rerun
-        metrics.pop("wall_s", None)
-        history = [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
-        doc = {"node_policy": args.node, "node_start": args.node_start if s.joint else None, "backfill": s.backfill, "weights": weights, "train": metrics, "history": history}
+            doc["train"]["train_node_seeds"] = list(args.train_node_seeds)
+        weights = doc["weights"]
         write_text(args.out / "learned_order.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     print("learned order:", weights, flush=True)
     if args.train_only:
@@ -237,19 +234,26 @@ def main(argv: list[str] | None = None) -> None:
     print(f"saved {args.out / 'cluster_queue.md'} and cluster_queue.png")
 
 
-def read_weights(path: Path) -> dict:
-    """``--weights``: a ``learned_order.json`` as written here, or a queue policy's YAML
-    (``learned_queue.yaml``: its ``weights``, the joint policy's node choice)."""
+def read_weights(path: Path, run=None) -> dict:
+    """``--weights``: a ``learned_order.json`` as written here (or the train_late stage's
+    ``learned_queue`` model.json, the same document), or a queue policy's YAML: its ``weights``,
+    or the model its ``model_dir`` names (as ``run`` composes the policy of the YAML's name:
+    ``learned_queue.yaml`` reads ``train_late.model_dir/learned_queue/model.json``)."""
     import yaml
+
+    from hybridsched.kinds.cluster.late_model import read_model
 
     yaml_file = path.suffix in (".yaml", ".yml")
     try:
         doc = yaml.safe_load(path.read_text()) if yaml_file else json.loads(path.read_text())
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise HybridschedError(f"--weights {path}: cannot read it ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    if yaml_file and isinstance(doc, dict) and "weights" not in doc and "model_dir" in doc and run is not None:
+        spec = (run.cfg["policies"].get("cluster") or {}).get(path.stem) or {}
+        doc = read_model(spec.get("model_dir", doc["model_dir"]), path.stem, "weights")[0]
     if not isinstance(doc, dict) or not isinstance(doc.get("weights"), dict):
-        raise HybridschedError(f"--weights {path}: no 'weights' mapping (learned_order.json and a queue policy's "
-                               f"YAML have one)")
+        raise HybridschedError(f"--weights {path}: no 'weights' mapping (learned_order.json, a learned_queue "
+                               f"model.json and a queue policy's YAML have one)")
     return {"node_policy": "learned", "weights": doc["weights"]} if yaml_file else doc
 
 

@@ -7,10 +7,10 @@ test split (one noise seed) and solve the bounds. Held-out draws
 (``scenarios.heldout_workloads``, their own seed) reuse the default workload's trained
 models and tuned weights unchanged.
 
-    python -m benchmarks.quality_eval --out metrics/quality            # all, ~20-40 min on 2 cores
-    python -m benchmarks.quality_eval --workloads default --heldout 0 --trials 10
-    python -m benchmarks.quality_eval --trials 0 --no-learned --no-lp      # heuristics + cem, no LP
-    python -m benchmarks.quality_eval --trials 0 --learned-from models --lp-rho 1   # the pipeline's models, unchanged
+    python -m studies.quality_eval --out studies-out/quality      # all, ~20-40 min on 2 cores
+    python -m studies.quality_eval --workloads default --heldout 0 --trials 10
+    python -m studies.quality_eval --trials 0 --no-learned --no-lp      # heuristics + cem, no LP
+    python -m studies.quality_eval --trials 0 --learned-from models --lp-rho 1   # the pipeline's models, unchanged
 
 The ``cem`` scorer is trained once on a workload mixture (stage train_cem) and is evaluated
 unchanged everywhere, from ``--cem-model`` (default models/cem); ``<out>/cem_actions.csv``
@@ -144,7 +144,7 @@ def main() -> None:
                          "workload, instead of training hybrid_ml and dqn per workload")
     ap.add_argument("--cem-model", default="models/cem", help="the trained cem scorer (stage train_cem)")
     ap.add_argument("--only", default=None, help="comma-separated policy names to run (default: all)")
-    ap.add_argument("--out", default="metrics/quality")
+    ap.add_argument("--out", default="studies-out/quality")
     args = ap.parse_args()
     out = Path(args.out)
     lp = lp_grid(args)
