@@ -1,4 +1,4 @@
-"""``benchmarks.cluster_queue --node-seeds``: the queue-mode rows on the test split of several
+"""``studies.cluster_queue --node-seeds``: the queue-mode rows on the test split of several
 node samples.  A shrunk run on the fixture workload writes byte-identical files twice, its seed
 of the generated workload gives the plain run's figures, another seed another cluster, every
 ratio is ÷ eft's on the same sample; bad flags and a workload without a node sample are one line."""
@@ -38,7 +38,7 @@ def _fixture(tmp_path, sample: bool = True) -> list[str]:
 
 def test_node_seeds_shrunk_identical_on_rerun_and_seed_zero_is_the_plain_run(tmp_path):
     """The documented command, shrunk: node seeds 0-2 at loads 1 and 2 on the fixture workload."""
-    from benchmarks.cluster_queue import main
+    from studies.cluster_queue import main
 
     ov = _fixture(tmp_path)
     w = tmp_path / "w.json"
@@ -69,7 +69,7 @@ def test_node_seeds_shrunk_identical_on_rerun_and_seed_zero_is_the_plain_run(tmp
 
 
 def test_node_seeds_bad_flags_are_one_line(tmp_path):
-    from benchmarks.cluster_queue import main
+    from studies.cluster_queue import main
 
     ov = _fixture(tmp_path, sample=False)
     w = tmp_path / "w.json"
@@ -86,20 +86,26 @@ def test_node_seeds_bad_flags_are_one_line(tmp_path):
 
 
 def test_weights_from_the_policy_yaml_are_its_json(tmp_path):
-    """``--weights conf/policies/cluster/learned_queue.yaml`` evaluates the pipeline's policy: the
-    same table as its weights written as a ``learned_order.json``; a YAML without weights is one line."""
-    import yaml
-
-    from benchmarks.cluster_queue import main
+    """``--weights conf/policies/cluster/learned_queue.yaml`` evaluates the pipeline's policy, the
+    train_late stage's model its ``model_dir`` names (here one written with :data:`WEIGHTS`'s
+    weights): the same table as those weights written as a ``learned_order.json``; a YAML without
+    weights or a model is one line."""
+    from studies.cluster_queue import main
     from tests.runs import CONF
 
     ov = _fixture(tmp_path)
     conf = CONF / "policies" / "cluster" / "learned_queue.yaml"
+    model = tmp_path / "models" / "late" / "learned_queue"  # train_late.model_dir of outputs_in
+    model.mkdir(parents=True)
+    (model / "model.json").write_text(json.dumps({"policy": "learned_queue", **WEIGHTS}))
     w = tmp_path / "w.json"
-    w.write_text(json.dumps({"node_policy": "learned", "weights": yaml.safe_load(conf.read_text())["weights"]}))
+    w.write_text(json.dumps(WEIGHTS))
     for d, src in (("yaml", conf), ("json", w)):
         main(["--out", str(tmp_path / d), "--weights", str(src), "--rows", "eft", "learned", "--rates", "1", "--", *ov])
     assert (tmp_path / "yaml" / "cluster_queue.csv").read_bytes() == (tmp_path / "json" / "cluster_queue.csv").read_bytes()
+    (model / "model.json").unlink()
+    with pytest.raises(HybridschedError, match=r"learned_queue: .*learned_queue/model.json not found; run `dvc repro"):
+        main(["--out", str(tmp_path / "x"), "--weights", str(conf), "--", *ov])
     bad = tmp_path / "bad.yaml"
     bad.write_text("backfill: greedy\n")
     with pytest.raises(HybridschedError, match=r"--weights .*bad.yaml: no 'weights' mapping"):

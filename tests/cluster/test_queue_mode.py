@@ -280,7 +280,7 @@ def test_wait_curve_matches_each_load_on_its_share_and_grows_with_the_load():
 
 def fixture_with_tiny_cem(tmp_path) -> list[str]:
     """The Hydra overrides of the fixture workload with outputs in ``tmp_path``, after its
-    ``generate`` and a tiny ``train_cem`` there (what benchmarks.cluster_queue reads)."""
+    ``generate`` and a tiny ``train_cem`` there (what studies.cluster_queue reads)."""
     from hybridsched.kinds import get_kind
     from tests.cluster.test_cem import TINY
     from tests.cluster.test_stages_e2e import DATA
@@ -296,10 +296,10 @@ def fixture_with_tiny_cem(tmp_path) -> list[str]:
     return ov
 
 
-def test_documented_benchmark_runs_shrunk_and_is_identical_on_rerun(tmp_path):
+def test_documented_study_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
     model, two generations of four; the outputs of two runs are byte-identical."""
-    from benchmarks.cluster_queue import main
+    from studies.cluster_queue import main
 
     ov = fixture_with_tiny_cem(tmp_path)
     outs = []
@@ -361,19 +361,27 @@ def test_learned_queue_policy_runs_the_queue_mode_from_run_policies(nodes, tasks
     pd.testing.assert_frame_equal(zero["eft"], zero["eft_default"].assign(policy="eft"))
 
 
-def test_learned_queue_conf_entry_composes_and_refuses_bad_settings():
-    """The conf entry builds the policy with its committed weights (node weights and the order's);
-    a bad backfilling rule or weight name is one line."""
+def test_learned_queue_conf_entry_composes_and_refuses_bad_settings(tmp_path):
+    """The conf entry builds the policy with the train_late stage's model (here one written with
+    given weights): fitted, it holds the file's node weights, order and fade; a bad backfilling
+    rule or weight name is one line."""
     from hybridsched.kinds.base import instantiate
     from hybridsched.kinds.cluster.queue_policy import LearnedQueuePolicy
+    from hybridsched.kinds.cluster.trace import read_pod_trace
+    from tests.cluster.test_stages_e2e import DATA
     from tests.runs import compose_run
 
-    run = compose_run("workload=alibaba_gpu_2023", policy="learned_queue")
+    weights = {f: round(0.1 * (i + 1) * (-1) ** i, 6) for i, f in enumerate(JOINT_FEATURES)}
+    model = tmp_path / "late" / "learned_queue"
+    model.mkdir(parents=True)
+    (model / "model.json").write_text(json.dumps({"policy": "learned_queue", "weights": weights}))
+    run = compose_run("workload=alibaba_gpu_2023", f"train_late.model_dir={tmp_path / 'late'}", policy="learned_queue")
     spec = run.policy_specs()["learned_queue"]
     pol = instantiate(spec)
-    assert isinstance(pol, LearnedQueuePolicy) and pol.backfill == "greedy"
+    assert isinstance(pol, LearnedQueuePolicy) and pol.backfill == "greedy" and pol.model_dir == str(model)
+    pol.fit(read_pod_trace(DATA / "pods.csv")[0])
     assert np.array_equal(np.r_[pol.order.theta, pol.theta[:len(NODE_KEYS)], pol.fade],
-                          joint_vector(dict(spec["weights"]), "conf"))
+                          joint_vector(weights, "conf"))
     with pytest.raises(HybridschedError, match="backfill must be one of"):
         LearnedQueuePolicy({}, backfill="sometimes")
     with pytest.raises(HybridschedError, match=r"unknown weight\(s\) \['node_rnk'\]"):

@@ -158,6 +158,25 @@ class CEMPolicy(ScoredEFT):
         super().fit(train)
 
 
+class EFTQueue(ScoredEFT):
+    """eft's node choice with a learned queue key: the three queue weights of the train_late
+    stage (``<model_dir>/model.json``, kinds/cluster/late_train.py), node weights 0."""
+
+    name = "eft_queue"
+
+    def __init__(self, model_dir: str = "models/late/eft_queue") -> None:
+        super().__init__()
+        self.model_dir = model_dir
+
+    def fit(self, train: PodTable) -> None:
+        """Load the weights (read here, not at construction, so the config check needs no model)."""
+        from hybridsched.kinds.cluster.late_model import read_model
+
+        doc, path = read_model(self.model_dir, "eft_queue", "queue")
+        self.set_weights(weights_vector({}, doc["queue"], str(path)))
+        super().fit(train)
+
+
 def weights_vector(node: dict[str, float], queue: dict[str, float], where: str) -> np.ndarray:
     """The parameter vector from name -> weight maps; an unknown name is an error naming ``where``."""
     for names, given, what in ((NODE_FEATURES, node, "node"), (QUEUE_FEATURES, queue, "queue")):

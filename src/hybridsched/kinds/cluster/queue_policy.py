@@ -69,23 +69,42 @@ def joint_vector(weights: dict[str, float], where: str) -> np.ndarray:
 
 class LearnedQueuePolicy(BacklogScoredEFT):
     """The learned queue policy as a pipeline policy (``conf/policies/cluster/learned_queue.yaml``):
-    the joint weights of :data:`JOINT_FEATURES` (missing: 0) given in the config, run in the
-    queue mode with ``backfill`` (``queue_engine.simulate_queue``) instead of the default engine:
-    ``workload.run_policies`` calls :meth:`run_queue` for a policy that has it.  All-zero
-    weights with greedy backfilling are ``eft``, trace for trace (tested)."""
+    the joint weights of :data:`JOINT_FEATURES` (missing: 0), from the train_late stage's
+    ``<model_dir>/model.json`` (read when fitted, so the config check needs no model) or given
+    as ``weights``, run in the queue mode with ``backfill`` (``queue_engine.simulate_queue``)
+    instead of the default engine: ``workload.run_policies`` calls :meth:`run_queue` for a
+    policy that has it.  All-zero weights with greedy backfilling are ``eft``, trace for trace
+    (tested)."""
 
     name = "learned_queue"
 
-    def __init__(self, weights: dict[str, float] | None = None, backfill: str = "greedy") -> None:
+    def __init__(self, weights: dict[str, float] | None = None, backfill: str = "greedy",
+                 model_dir: str | None = None) -> None:
         from hybridsched.kinds.cluster.queue_engine import BACKFILL
 
-        order, pol = split(joint_vector(dict(weights or {}), "policies.cluster.learned_queue.weights"))
-        super().__init__(fade=pol.fade)
-        self.set_weights(pol.theta)
-        self.order = order
+        if weights is not None and model_dir is not None:
+            raise HybridschedError("learned_queue: give weights or model_dir, not both")
+        super().__init__()
+        self._set_joint(joint_vector(dict(weights or {}), "policies.cluster.learned_queue.weights"))
         if backfill not in BACKFILL:
             raise HybridschedError(f"learned_queue: backfill must be one of {', '.join(BACKFILL)}, got {backfill!r}")
         self.backfill = backfill
+        self.model_dir = model_dir
+
+    def _set_joint(self, theta: np.ndarray) -> None:
+        order, pol = split(theta)
+        self.set_weights(pol.theta)
+        self.fade = pol.fade
+        self.order = order
+
+    def fit(self, train) -> None:
+        """The model's weights (with ``model_dir``), then eft's fit on the training split."""
+        if self.model_dir is not None:
+            from hybridsched.kinds.cluster.late_model import read_model
+
+            doc, path = read_model(self.model_dir, "learned_queue", "weights")
+            self._set_joint(joint_vector(doc["weights"], str(path)))
+        super().fit(train)
 
     def run_queue(self, inp, cluster):
         """This policy's run on ``inp`` (fitted already): the queue mode's trace."""

@@ -349,6 +349,33 @@ def train_order(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CE
     return np.array([metrics["weights"][f] for f in names]), result.history, metrics
 
 
+def cem_node_weights(cem_spec: dict[str, Any], train_pods: PodTable) -> np.ndarray:
+    """The ``cem`` policy's trained node weights (layout ``cem.NODE_FEATURES``), from its config
+    node (``policies.cluster.cem``: its ``model_dir``): the joint search's ``node_start: cem``."""
+    from hybridsched.kinds.base import instantiate
+
+    pol = instantiate(cem_spec)
+    pol.fit(train_pods)
+    return pol.theta[:len(NODE_KEYS)].copy()
+
+
+def train_queue_model(train_pods: PodTable, cluster: NodeCluster, node_policy, cem: CEMSettings,
+                      s: QueueTrainSettings, *, node_policy_name: str = "learned", node_start_name: str | None = None,
+                      node_start: np.ndarray | None = None, domains: Sequence[Domain] | None = None,
+                      log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """:func:`train_order` and its record, the document of a learned order's file
+    (``learned_queue``'s model.json, the study's ``learned_order.json``): ``node_policy``
+    (``node_policy_name``), ``node_start`` (``node_start_name``, joint only), ``backfill``,
+    ``weights``, ``train`` (the metrics) and ``history`` (one row per generation).  Wall times
+    are left out, so the document is identical on rerun."""
+    _, history, metrics = train_order(train_pods, cluster, node_policy, cem, s, log=log, node_start=node_start,
+                                      domains=domains)
+    metrics.pop("wall_s", None)
+    return {"node_policy": node_policy_name, "node_start": node_start_name if s.joint else None,
+            "backfill": s.backfill, "weights": metrics["weights"], "train": metrics,
+            "history": [{k: v for k, v in h.items() if k != "wall_s"} for h in history]}
+
+
 def start_vector(node_start: np.ndarray, fade: float) -> np.ndarray:
     """The joint vector (layout ``JOINT_FEATURES``) of the all-zero order (``sjf``), the node
     weights ``node_start`` and the backlog ``fade``: :func:`train_order`'s start with that fade."""

@@ -44,6 +44,8 @@ def check_config(run: Run) -> None:
     from pathlib import Path
 
     from hybridsched.kinds.cluster.cem_train import ClusterCEMSettings
+    from hybridsched.kinds.cluster.late_train import POLICIES
+    from hybridsched.kinds.cluster.late_train import settings as late_settings
     from hybridsched.rl.cem import CEMSettings
     from hybridsched.rl.dqn import DQNSettings
 
@@ -59,6 +61,9 @@ def check_config(run: Run) -> None:
         instantiate(spec)
     CEMSettings.from_dict(run.cfg["cem"])
     ClusterCEMSettings.from_dict(run.cfg["cem"].get("cluster"))
+    blocks = (run.cfg.get("train_late") or {}).get("cluster") or {}
+    for name in dict.fromkeys([*POLICIES, *blocks]):
+        late_settings(name, blocks.get(name))
 
 
 def profile(run: Run) -> dict[str, Any]:
@@ -153,6 +158,54 @@ def train_cem(run: Run) -> dict:
           f"in {metrics['wall_s']:.1f} s; cost (mean JCT / eft's) {metrics['first_mean_cost']:.4f} -> "
           f"{metrics['last_mean_cost']:.4f}; picked generation {metrics.get('selected_generation', 'last')}, "
           f"cost on fresh training scenarios {metrics.get('check_cost', float('nan')):.4f}")
+    return metrics
+
+
+def _train_and_nodes(run: Run) -> tuple[PodTable, NodeTable]:
+    """The training split and the node list (the test split is not read), as :func:`_splits`."""
+    if run.in_memory:
+        train, _, nodes = _splits(run)
+        return train, nodes
+    return W.read_split(run.workload_dir, "train"), W.read_nodes(run.workload_dir)
+
+
+def train_late(run: Run) -> dict[str, Any]:
+    """``eft_queue``'s and ``learned_queue``'s weights (late_train.py, settings
+    ``train_late.cluster``), trained on the training split: ``train_late.model_dir/<policy>/
+    model.json``, metrics/train_late.json and metrics/plots/train_late.csv (one row per
+    generation of each search: cost = the search mean's mean JCT ÷ eft's)."""
+    from pathlib import Path
+
+    from hybridsched.kinds.cluster.late_model import MODEL_FILE
+    from hybridsched.kinds.cluster.late_train import train_eft_queue, train_learned_queue
+
+    t = run.cfg["train_late"]
+    blocks = t.get("cluster") or {}
+    specs = run.cfg["policies"]["cluster"]
+    train, nodes = _train_and_nodes(run)
+    cluster, name = _node_cluster(run, nodes), run.cfg["workload"]["name"]
+    jobs = {"eft_queue": lambda: train_eft_queue(train, cluster, blocks.get("eft_queue"), name),
+            "learned_queue": lambda: train_learned_queue(
+                train, cluster, blocks.get("learned_queue"), name,
+                backfill=str(specs["learned_queue"].get("backfill", "greedy")), cem_spec=specs["cem"])}
+    metrics: dict[str, Any] = {"policies": {}}
+    curves = []
+    with atomic_dir(Path(t["model_dir"])) as tmp:
+        for policy, job in jobs.items():
+            doc, curve = job()
+            write_json(tmp / policy / MODEL_FILE, doc)
+            tr = doc["train"]
+            metrics["policies"][policy] = {k: tr[k] for k in ("first_mean_cost", "last_mean_cost", "selected_generation",
+                                                              "selection_cost", "check_cost") if k in tr}
+            curves += [{"policy": policy, **row} for row in curve]
+            print(f"train_late: {policy}: cost (mean JCT / eft's) {tr['first_mean_cost']:.4f} -> "
+                  f"{tr['last_mean_cost']:.4f}; on fresh training windows {tr.get('check_cost', float('nan')):.4f}",
+                  flush=True)
+    out = run.metrics_dir
+    write_json(out / "train_late.json", without_timings(metrics))
+    write_frame(out / "plots" / "train_late.csv", pd.DataFrame(curves, columns=["policy", "step", "cost"]).round(6))
+    run.track("train_late", {n: v["check_cost"] for n, v in metrics["policies"].items() if "check_cost" in v},
+              [out / "train_late.json", out / "plots" / "train_late.csv"])
     return metrics
 
 
