@@ -2,8 +2,8 @@
 
 Run: `make bench` (or `python -m benchmarks.bench_late [--sizes 10000 100000 1000000]
 [--workloads default bursty] [--smoke]`).  Every policy of ``scenarios_late.LATE`` and the
-learned late ones (``cem_late``, ``dqn_late``, ``pg_late``: their conf entries and committed
-models) runs through ``sim.simulate`` on the test split's task mix of each workload, drawn at
+learned late ones (``cem_late``, ``dqn_late``, ``pg_late``: their conf entries and the
+``train_late`` stage's models) runs through ``sim.simulate`` on the test split's task mix of each workload, drawn at
 each size (seed 0, noise seed 1).  Targets (2 cores), the simulator's (``bench_sim``) for late
 mode: >= 200,000 tasks/s for every one at 10^6 tasks on the default workload, time per task
 near-flat in the task count (10^6 ÷ 10^4 <= 1.5 on every workload), < 1.5 GB peak.  A pick
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -32,10 +33,26 @@ TARGET_PEAK_MB = 1536
 
 def late_policies(cfg: dict) -> dict:
     """Name -> a fresh policy, for every late heuristic and learned late policy of ``cfg`` (the
-    scenarios stage's factories; a learned one's ``model_dir`` taken from the project root)."""
-    specs = {n: {**s, "model_dir": str(project_path(s["model_dir"]))} if "model_dir" in s else s
-             for n, s in cfg["policies"]["machine"].items()}
-    return factories(specs, [*LATE, *LEARNED_LATE])
+    scenarios stage's factories; models and tuned weights taken from the project root).  Before
+    `make repro` has made them, a heuristic runs untuned and a learned policy is left out, each
+    said in one line (the speed of a pick does not depend on the weights' values)."""
+    def anchored(node):
+        if not isinstance(node, dict):
+            return node
+        out = {k: str(project_path(v)) if k in ("model_dir", "tuned") and v else anchored(v) for k, v in node.items()}
+        if out.get("tuned") and not Path(out["tuned"]).is_file():
+            print(f"bench_late: {out['tuned']} not made yet (`make repro`): its policy runs untuned")
+            out["tuned"] = None
+        return out
+
+    specs = {n: anchored(s) for n, s in cfg["policies"]["machine"].items()}
+    names = [*LATE]
+    for n in LEARNED_LATE:
+        if (Path(specs[n]["model_dir"]) / "model.json").is_file():
+            names.append(n)
+        else:
+            print(f"bench_late: {n} left out: no model in {specs[n]['model_dir']} (`make repro` trains it)")
+    return factories(specs, names)
 
 
 def timed(fn) -> float:

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 AUDIT = Path(__file__).with_name("audit")  # its sitecustomize.py records a stage's file accesses
 TRACES = Path(os.environ.get("HYBRIDSCHED_TRACES", ROOT.parent / "shared" / "traces")).resolve()
 WATCHED = ("data", "models", "metrics")  # the workspace folders DVC owns (plus the traces)
+# never read by a stage, declared or not: every artifact a stage reads comes from a stage
+FORBIDDEN = ("benchmarks", "studies")
 
 # Read or written on purpose without being declared, with the reason.
 UNDECLARED_OK: dict[str, dict[str, str]] = {
@@ -156,7 +158,7 @@ def watched(path: str, root: Path) -> str | None:
         return str(p)
     if p.is_relative_to(root):
         rel = p.relative_to(root)
-        if rel.parts and rel.parts[0] in WATCHED and len(rel.parts) > 1:
+        if rel.parts and rel.parts[0] in (*WATCHED, *FORBIDDEN) and len(rel.parts) > 1:
             return str(rel)
     return None
 
@@ -173,6 +175,9 @@ def undeclared(stage: Stage, seen: list[tuple[str, str]], root: Path) -> list[st
     allowed = list(stage.allowed)
     bad = []
     for op, p in seen:
+        if Path(p).parts[0] in FORBIDDEN:
+            bad.append(f"{stage.name} {'reads' if op in ('read', 'list') else op + 's'} {p} (no stage may use {Path(p).parts[0]}/)")
+            continue
         ok = outs + (deps if op in ("read", "list") else []) + allowed
         if any(covers(d, p) for d in ok):
             continue

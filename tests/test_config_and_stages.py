@@ -67,7 +67,7 @@ def test_simulate_one_policy_from_the_policy_group(tmp_path):
     r = run_stage("simulate", "policy=greedy", f"paths.workload_dir={wd}", f"paths.traces_dir={traces}",
                   f"hydra.run.dir={tmp_path}")
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in traces.iterdir()) == ["greedy.parquet", "lower_bound.json"]
+    assert sorted(p.name for p in traces.iterdir()) == ["dispatch.json", "greedy.parquet", "lower_bound.json"]
     assert (pd.read_parquet(traces / "greedy.parquet")["policy"] == "greedy").all()
 
 

@@ -5,6 +5,7 @@ target, and a read or write outside the declared deps/outs is reported."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.file_access import ROOT, Stage, accesses, run, stages, undeclared
 
@@ -72,3 +73,20 @@ def test_listing_the_folder_of_an_out_is_allowed_and_any_other_listing_is_a_read
     seen = [("list", "metrics/plots"), ("list", "models/rf")]
     assert undeclared(s, seen, root) == ["ev reads models/rf"]
 
+
+
+def test_no_stage_reads_benchmarks_or_studies(tmp_path):
+    """Every artifact a stage reads is another stage's output: a read under benchmarks/ or
+    studies/ is reported even when declared, and no stage of dvc.yaml declares one."""
+    from tests.file_access import FORBIDDEN
+
+    root = tmp_path
+    log = tmp_path / "log"
+    log.write_text(json.dumps({"op": "read", "path": str(root / "benchmarks" / "late_models" / "pg_late" / "model.json")}) + "\n")
+    seen = accesses(log, root)
+    assert seen == [("read", "benchmarks/late_models/pg_late/model.json")]
+    s = Stage("scenarios", "", deps=["benchmarks/late_models/pg_late"], outs=[])
+    assert undeclared(s, seen, root) == ["scenarios reads benchmarks/late_models/pg_late/model.json (no stage may use benchmarks/)"]
+    declared = [(st.name, d) for st in stages(ROOT) for d in st.deps
+                if not Path(d).is_absolute() and Path(d).parts[0] in FORBIDDEN]
+    assert declared == []

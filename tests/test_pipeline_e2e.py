@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -62,8 +63,28 @@ def test_repro_runs_every_stage_then_nothing(project):
         assert summary["lower_bound"]["mean_latency"] <= m["mean_latency"] + 1e-9, name
     for png in ("latency_cdf.png", "utilisation.png", "energy_cost.png"):
         assert (project / "metrics" / "plots" / png).stat().st_size > 1000
+    # every machine policy ran, each in its own dispatch mode
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert list(pol) == list(params["policies"]["machine"])
+    assert {m["dispatch"] for m in pol.values()} == {"arrival", "ordered", "late"}
+    assert {pol[n]["dispatch"] for n in ("rollout_late", "pg_late", "eft_spt", "eft")} == {"late", "ordered", "arrival"}
+    # every file a policy reads (a model, tuned weights) was made by a stage of this fresh clone
+    read = {str(v) for spec in params["policies"]["machine"].values() for k, v in _leaves(spec) if k in ("model_dir", "tuned")}
+    outs = [o for st in yaml.safe_load((project / "dvc.lock").read_text())["stages"].values() for o in st.get("outs", [])]
+    for path in sorted(read):
+        assert (project / path).exists(), path
+        assert any(path == o["path"] or path.startswith(o["path"] + "/") for o in outs), f"{path}: no stage makes it"
     again = sh("dvc", "repro", cwd=project)
     assert "Data and pipelines are up to date" in again
+
+
+def _leaves(node, key=None):
+    """(key, value) of every leaf of a nested config node."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, k)
+    else:
+        yield key, node
 
 
 def test_exp_run_with_changed_intensity_shows_in_metrics_diff(project):

@@ -43,7 +43,9 @@ def test_every_rule_names_a_setting_that_exists(composed):
     """No dead rules: each pattern matches a setting of some composed config (or is one of the
     optional settings listed here: arguments with defaults that conf/ leaves out)."""
     optional = {"sim.bound_lp.max_variables", "policies.cluster.fgd.coverage", "policies.cluster.random.random_gpus",
-                *(f"nodes.dqn.{k}" for k in ("buffer_size", "train_frequency", "start_e", "end_e"))}
+                *(f"nodes.dqn.{k}" for k in ("buffer_size", "train_frequency", "start_e", "end_e")),
+                *(f"train_late.cluster.*.{k}" for k in ("elite_frac", "init_std", "min_std", "smoothing")),
+                "train_late.cluster.learned_queue.base_rate"}
     keys = {k for cfg in composed.values() for k, _ in leaves(cfg)}
     keys |= {"workload." + k[len("workload.test."):] for k in keys if k.startswith("workload.test.")}
     dead = [p for p in SCHEMA if p not in optional and not any(_match(k, p) for k in keys)]
@@ -59,7 +61,7 @@ BAD = [
      "size_range, slo, split, test_fraction, time_column, time_compression, tokens_per_sample, trace_path, "
      "untimed_duration_s"),
     (["+foo=1"], "foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
-                 "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, tune, use_tuned, workload"),
+                 "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, tune, use_tuned, workload"),
     # issue 20: serving settings
     (["workload=serving", "serving.lanes=0"], "serving.lanes: must be an integer >= 1, got 0"),
     (["workload=serving", "serving.max_batch=0"], "serving.max_batch: must be an integer >= 1, got 0"),
@@ -81,7 +83,7 @@ BAD = [
     (["fgd.policies.fgd.coverage=2"], "fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"),
     # issues 20 and 26: sizes that cannot fit in memory, refused before allocating
     (["workload.n_test=100000000"],
-     "workload.n_test=100000000: needs about 437.7 GiB of memory, more than the 16.0 GiB available; "
+     "workload.n_test=100000000: needs about 856.8 GiB of memory, more than the 16.0 GiB available; "
      "use a smaller value or sim.stream.enabled=true"),
     (["workload=serving", "serving.max_batch=100000000"],
      "serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 16.0 GiB available; "
@@ -155,7 +157,7 @@ def test_check_stage_refuses_a_plus_added_key_with_one_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         "error: foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
-        "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, tune, use_tuned, workload"]
+        "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, tune, use_tuned, workload"]
     assert not list(tmp_path.iterdir())
 
 

@@ -12,7 +12,7 @@ from hybridsched.errors import HybridschedError
 
 
 # the columns the evaluate stage prints (each kind's table has those its metrics allow)
-EVALUATE_COLUMNS = ("makespan", "mean_latency", "p95_latency", "energy_j", "makespan_vs_bound", "mean_latency_vs_bound")
+EVALUATE_COLUMNS = ("dispatch", "makespan", "mean_latency", "p95_latency", "energy_j", "makespan_vs_bound", "mean_latency_vs_bound")
 
 
 def compare(summaries: dict[str, dict[str, float]], bound: dict[str, float], baseline: str = "round_robin",

@@ -319,7 +319,7 @@ SCHEMA: dict[str, Rule] = {
     "workload.slo.*": POS,
     # sim
     "sim.seed": SEED,
-    "sim.dispatch": Choice(("arrival", "late")),
+    "sim.dispatch": Choice(("all", "arrival", "ordered", "late")),
     "sim.compiled": FLAG,
     "sim.stream.enabled": FLAG,
     "sim.stream.chunk_size": POS_INT,
@@ -331,7 +331,7 @@ SCHEMA: dict[str, Rule] = {
     "sim.bound_lp.max_levels": POS_INT,
     "sim.bound_lp.max_variables": Num(ge=1, integer=True, null=True),
     "sim.bound_lp.piece_cuts": Num(ge=0, le=8, integer=True),
-    "sim.policies.machine": Names(_policies("machine"), "machine policy name"),
+    "sim.policies.machine": Names(_policies("machine"), "machine policy name", null=True),
     "sim.policies.cluster": Names(_policies("cluster"), "cluster policy name"),
     "sim.policies.serving": Names(_policies("serving"), "serving policy name"),
     # rf
@@ -407,6 +407,41 @@ SCHEMA: dict[str, Rule] = {
     "cem.cluster.max_rate": POS,
     "cem.cluster.eval_windows": POS_INT,
     "cem.cluster.search": Choice(("all", "queue")),
+    # the cluster kind's searches (kinds/cluster/late_train.py): rl.cem's keys and each mixture's
+    "train_late.cluster.*.generations": POS_INT,
+    "train_late.cluster.*.population": Num(ge=2, integer=True),
+    "train_late.cluster.*.elite_frac": FRACTION,
+    "train_late.cluster.*.init_std": POS,
+    "train_late.cluster.*.min_std": NONNEG,
+    "train_late.cluster.*.smoothing": FRACTION,
+    "train_late.cluster.*.antithetic": FLAG,
+    "train_late.cluster.*.seed": SEED,
+    "train_late.cluster.*.windows": POS_INT,
+    "train_late.cluster.*.min_pods": Num(ge=2, integer=True),
+    "train_late.cluster.*.max_pods": Num(ge=2, integer=True),
+    "train_late.cluster.*.eval_windows": NONNEG_INT,
+    "train_late.cluster.eft_queue.min_rate": POS,
+    "train_late.cluster.eft_queue.max_rate": POS,
+    "train_late.cluster.learned_queue.base_rate": POS,
+    "train_late.cluster.learned_queue.min_load": POS,
+    "train_late.cluster.learned_queue.max_load": POS,
+    "train_late.cluster.learned_queue.strata": NONNEG_INT,
+    "train_late.cluster.learned_queue.select": Choice(("mean", "worst")),
+    "train_late.cluster.learned_queue.calibrate": Choice(("rate", "wait_share", "wait_curve")),
+    "train_late.cluster.learned_queue.wait_share": OPEN_UNIT,
+    "train_late.cluster.learned_queue.min_fade": Num(null=True),
+    "train_late.cluster.learned_queue.node_start": Choice(("cem", "eft")),
+    "train_late.cluster.learned_queue.node_search": Choice(("all", "fade")),
+    # train_late (machine kind; kinds/machine/late_train.py): a trainer's own settings are checked
+    # by its settings class when the stage runs
+    "train_late.model_dir": PATH,
+    "train_late.policies": Names(lambda cfg: ["cem_late", "dqn_late", "pg_late"], "learned late policy"),
+    "train_late.base": Text(),
+    "train_late.workers": POS_INT,
+    "train_late.*.seed": SEED,
+    "train_late.*.charge_from_base": FLAG,
+    "train_late.*.reserved_order": Choice(("fifo", "spt", "rank")),
+    "train_late.*.*": ANY_NUM,
     # profile (machine kind)
     "profile.sizes": Nums(POS_INT),
     "profile.repeats": POS_INT,
@@ -429,6 +464,8 @@ SCHEMA: dict[str, Rule] = {
     "tune.storage": Text(null=True),
     "tune.validation_fraction": OPEN_UNIT,
     "tune.dqn_episodes": POS_INT,
+    "tune.heuristic_trials": POS_INT,
+    "tune.heuristic_workers": POS_INT,
     "tune.spaces.*.*.low": SPACE_BOUND,
     "tune.spaces.*.*.high": SPACE_BOUND,
     "tune.spaces.*.*.log": FLAG,
@@ -535,6 +572,8 @@ SCHEMA: dict[str, Rule] = {
     # policies: every parameter of every policy, with its declared range
     "policies.*.*._target_": Text(),
     "policies.*.*.model_dir": PATH,
+    "policies.*.*.tuned": Text(null=True),  # the tune_heuristics stage's file (kinds.base.with_tuned)
+    "policies.*.*.*.tuned": Text(null=True),
     "policies.*.*.seed": SEED,
     "policies.machine.*.fraction_step": FRACTION,
     "policies.machine.random.gpu_fractions": Nums(FRACTION),
@@ -584,8 +623,6 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.hybrid_ml*.ridge_alpha": NONNEG,
     "policies.machine.hybrid_ml*.ridge_update": Choice(("incremental", "refit")),
     "policies.machine.hybrid_ml*.window": POS_INT,
-    "policies.cluster.eft_queue.queue.*": ANY_NUM,  # learned weights: any sign
-    "policies.cluster.learned_queue.weights.*": ANY_NUM,
     "policies.cluster.learned_queue.backfill": Choice(("easy", "greedy", "none")),
     "policies.cluster.fgd.coverage": FRACTION,
     "policies.cluster.random.random_gpus": FLAG,
@@ -739,7 +776,8 @@ def memory_estimate(cfg: Config) -> dict[str, float]:
     """Setting -> estimated bytes it makes a stage hold, for the sizes that scale."""
     w = cfg.get("workload") or {}
     kind = str(w.get("kind", "machine"))
-    n_pol = max(1, len(((cfg.get("sim") or {}).get("policies") or {}).get(kind) or []))
+    chosen = ((cfg.get("sim") or {}).get("policies") or {}).get(kind)
+    n_pol = max(1, len((cfg.get("policies") or {}).get(kind) or {} if chosen is None else chosen))
     est: dict[str, float] = {}
     keeps_trace = not ((cfg.get("sim") or {}).get("stream") or {}).get("enabled", False)
     for key in ("n_train", "n_test"):

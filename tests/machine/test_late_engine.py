@@ -27,20 +27,24 @@ from tests.conftest import small_workload
 from tests.machine.sim_helpers import CASES as cases
 from tests.machine.sim_helpers import assert_schedule_valid, parents_of
 from tests.machine.sim_helpers import setup_case as _setup
+from tests.machine.late_models import train_tiny
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-MODELS = Path(__file__).resolve().parents[2] / "benchmarks" / "late_models"
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    """cem_late, dqn_late and pg_late, tiny but trained (tests/machine/late_models.py)."""
+    return train_tiny(tmp_path_factory.mktemp("late_models"))
 
 
-def late_policies():
+def late_policies(models: Path):
     rnd = np.random.default_rng(3).normal(0, 0.7, n_weights(6))
     return [SPTLate(), WSPTLate(), EFTLate(), HEFTLate(), EFTLate(beta_cpu=14.3, beta_gpu=1.7, backlog_s=7.26),
             SPTLate(aging=0.5, beta_cpu=2.0, fraction_step=0.25),
-            # the learned late models behind docs/machine.md's figures, and a random Q-network
-            CEMLate(model_dir=str(MODELS / "cem_late")), DQNLate(model_dir=str(MODELS / "dqn_late")),
-            PGLate(model_dir=str(MODELS / "pg_late")),
+            # trained late models read from their model_dir, and a random Q-network
+            CEMLate(model_dir=str(models / "cem_late")), DQNLate(model_dir=str(models / "dqn_late")),
+            PGLate(model_dir=str(models / "pg_late")),
             DQNLate(model={"hidden": 6, "weights": rnd.tolist()}),
             # the split hold (late.start_device): a heuristic and a network with one
             EFTLate(queue_slack=2.0), WSPTLate(queue_slack=0.0),
@@ -55,20 +59,20 @@ def late_policies():
 
 @SETTINGS
 @given(cases)
-def test_late_policies_keep_the_invariants_and_the_lp_bound_holds(c):
+def test_late_policies_keep_the_invariants_and_the_lp_bound_holds(models, c):
     cluster, tasks, real = _setup(c)
     lb = lower_bound(tasks, cluster, real)
     assert np.isfinite(lb.mean_latency_lp)
     parents = parents_of(tasks)
-    for policy in late_policies():
+    for policy in late_policies(models):
         assert_schedule_valid(simulate(tasks, cluster, policy, real).to_frame(), tasks, cluster, parents, lb, policy.name)
 
 
 @SETTINGS
 @given(cases)
-def test_late_compiled_matches_the_reference_and_reruns_are_identical(c):
+def test_late_compiled_matches_the_reference_and_reruns_are_identical(models, c):
     cluster, tasks, real = _setup(c)
-    for policy in late_policies():
+    for policy in late_policies(models):
         a = simulate(tasks, cluster, policy, real).to_frame()
         pd.testing.assert_frame_equal(a, simulate(tasks, cluster, policy, real).to_frame())
         pd.testing.assert_frame_equal(a, simulate(tasks, cluster, policy, real, compiled=False).to_frame())
@@ -153,13 +157,13 @@ def _split_parts(tr):
 
 @SETTINGS
 @given(cases)
-def test_queue_slack_zero_starts_every_split_on_the_cpu(c):
+def test_queue_slack_zero_starts_every_split_on_the_cpu(models, c):
     # A split may start on a GPU only while its CPU part would wait at most 0 s; an idle CPU
     # takes the split first, so every split's CPU part starts no later than its GPU part
     # (without noise: the rule reads believed times, and a part running late looks done).
     cluster, tasks, real = _setup({**c, "sigma": 0.0})
     for policy in (EFTLate(queue_slack=0.0), HEFTLate(queue_slack=0.0, beta_cpu=3.0),
-                   PGLate(model={**json.loads((MODELS / "pg_late" / "model.json").read_text()), "queue_slack": 0.0})):
+                   PGLate(model={**json.loads((models / "pg_late" / "model.json").read_text()), "queue_slack": 0.0})):
         _, cs, gs = _split_parts(simulate(tasks, cluster, policy, real))
         assert (cs <= gs).all(), policy.name
 
@@ -176,28 +180,32 @@ def test_queue_slack_bounds_how_long_a_split_cpu_part_waits_behind_its_gpu_part(
     assert (cs - gs <= slack * gpu_part + 1e-9).all()
 
 
-def test_a_bad_queue_slack_in_a_model_file_is_one_line():
+def test_a_bad_queue_slack_in_a_model_file_is_one_line(models):
     cluster = Cluster(n_gpus=1)
     tasks = small_workload(5, 0)
-    model = json.loads((MODELS / "pg_late" / "model.json").read_text())
+    model = json.loads((models / "pg_late" / "model.json").read_text())
     for bad in (-1.0, "2", True):
         with pytest.raises(HybridschedError, match=f"pg_late model: queue_slack must be a number >= 0, got {bad!r}"):
             simulate(tasks, cluster, PGLate(model={**model, "queue_slack": bad}), cluster.sample_noise(5, np.random.default_rng(0)))
 
 
-def test_sim_dispatch_must_match_every_simulated_policy():
+def test_sim_dispatch_filters_the_policies_by_mode():
     from hybridsched.errors import HybridschedError
     from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
-    from hybridsched.kinds.machine.stages import check_dispatch
+    from hybridsched.kinds.machine.policies.ordered import OrderedQueues
+    from hybridsched.kinds.machine.stages import dispatch_mode, select_dispatch
 
-    check_dispatch({"dispatch": "late"}, "spt_late", SPTLate())
-    check_dispatch({}, "eft", EarliestFinishTime())  # arrival is the default
-    with pytest.raises(HybridschedError, match="sim.dispatch=late: policy 'eft' dispatches arrival"):
-        check_dispatch({"dispatch": "late"}, "eft", EarliestFinishTime())
-    with pytest.raises(HybridschedError, match="sim.dispatch=arrival: policy 'spt_late' dispatches late"):
-        check_dispatch({"dispatch": "arrival"}, "spt_late", SPTLate())
-    with pytest.raises(HybridschedError, match="sim.dispatch must be 'arrival' or 'late', got 'soon'"):
-        check_dispatch({"dispatch": "soon"}, "eft", EarliestFinishTime())
+    pols = {"eft": EarliestFinishTime(), "spt_late": SPTLate(),
+            "eft_spt": OrderedQueues(order="spt", placement={"_target_": "hybridsched.kinds.machine.policies.eft.EarliestFinishTime"})}
+    assert [dispatch_mode(p) for p in pols.values()] == ["arrival", "late", "ordered"]
+    assert list(select_dispatch({}, pols)) == ["eft", "spt_late", "eft_spt"]  # all is the default
+    assert list(select_dispatch({"dispatch": "late"}, pols)) == ["spt_late"]
+    assert list(select_dispatch({"dispatch": "ordered"}, pols)) == ["eft_spt"]
+    assert list(select_dispatch({"dispatch": "late"}, {"eft": pols["eft"]}, named=True)) == ["eft"]  # policy=NAME wins
+    with pytest.raises(HybridschedError, match=r"sim.dispatch=late: none of the chosen policies \['eft'\] dispatches late"):
+        select_dispatch({"dispatch": "late"}, {"eft": pols["eft"]})
+    with pytest.raises(HybridschedError, match="sim.dispatch must be one of .*got 'soon'"):
+        select_dispatch({"dispatch": "soon"}, pols)
 
 
 def test_a_late_heuristic_is_a_tune_target(tmp_path):
@@ -233,14 +241,17 @@ def late_simulate(tmp_path, names: list[str]):
 
 
 def test_simulate_and_evaluate_stages_run_late_policies_with_sim_dispatch_late(tmp_path):
+    import pandas as pd
+
     from hybridsched.errors import HybridschedError
     from tests.runs import compose_run
 
     kind, over, run, _ = late_simulate(tmp_path, ["spt_late", "wspt_late", "eft_late", "heft_late"])
     kind.evaluate(run)
     assert (tmp_path / "metrics" / "summary.json").is_file()
-    with pytest.raises(HybridschedError, match="sim.dispatch=arrival: policy 'eft_late' dispatches late"):
-        kind.check_config(compose_run(*over, "sim.policies.machine=[eft,eft_late]"))
+    assert set(pd.read_csv(tmp_path / "metrics" / "policies.csv")["dispatch"]) == {"late"}
+    with pytest.raises(HybridschedError, match=r"sim.dispatch=arrival: none of the chosen policies \['eft_late'\]"):
+        kind.check_config(compose_run(*over, "sim.dispatch=arrival", "sim.policies.machine=[eft_late]"))
 
 
 @njit

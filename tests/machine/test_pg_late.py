@@ -1,7 +1,7 @@
 """``pg_late``, dqn_late's per-candidate network trained by policy gradient: plain late EFT
 before training (bit for bit), the discounted-load return against a brute-force integral and
 Decima's reward, a seeded reproducible training run (twice: the same bytes), the entry point
-in benchmarks.late_eval, the split options B's and C's work charges as model settings, and
+in studies.late_eval, the split options B's and C's work charges as model settings, and
 one clear line on a missing or bad model."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_training_is_seeded_and_writes_the_selected_model(tmp_path):
 
 @pytest.mark.parametrize("order", ["rank", "spt"])  # the committed sixth model's, the fifth's
 def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch, order):
-    from benchmarks import late_eval
+    from studies import late_eval
 
     def main(*argv):
         monkeypatch.setattr(sys, "argv", ["late_eval", *argv])
@@ -92,7 +92,7 @@ def test_late_eval_train_pg_entry_point_and_bad_override(tmp_path, monkeypatch, 
 
 
 def test_missing_model_is_one_clear_line(tmp_path):
-    with pytest.raises(HybridschedError, match="pg_late policy: no trained model at .*--train-pg"):
+    with pytest.raises(HybridschedError, match="pg_late policy: no trained model at .*`dvc repro train_late` trains it"):
         run(small_workload(20, seed=1), Cluster(n_gpus=1), PGLate(model_dir=str(tmp_path)))
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, ratios, verdicts
+from tests.machine.late_models import train_tiny
 from tests.runs import compose_run, outputs_in
 
 # the documented command's shrink: every named workload at 200 tasks, one held-out draw, one
@@ -39,8 +40,10 @@ def _cem_model(tmp_path) -> str:
 
 
 def _stage(tmp_path, *over: str) -> dict:
+    """The stage into tmp_path, with tiny trained late models where train_late would write them."""
     from stages.scenarios import scenarios
 
+    train_tiny(tmp_path / "models" / "late")
     return scenarios(compose_run(*outputs_in(tmp_path), *TINY, f"cem.model_dir={_cem_model(tmp_path)}", *over))
 
 
@@ -86,8 +89,8 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
 def test_documented_named_scenarios_with_another_pg_late_model(tmp_path):
     """docs/machine.md's ``stages.scenarios ... scenarios.heldout=0 'scenarios.loads=[]'
     policies.machine.pg_late.model_dir=/tmp/pg_rank``, shrunk: the named workloads only, with a
-    copy of the committed model whose reserved parts run by rank."""
-    model = json.loads((ROOT / "benchmarks" / "late_models" / "pg_late" / "model.json").read_text())
+    copy of a trained model whose reserved parts run by rank."""
+    model = json.loads((train_tiny(tmp_path / "tiny", ("pg_late",)) / "pg_late" / "model.json").read_text())
     (tmp_path / "pg_rank").mkdir()
     (tmp_path / "pg_rank" / "model.json").write_text(json.dumps({**model, "reserved_order": "rank"}))
     _stage(tmp_path, "scenarios.heldout=0", "scenarios.loads=[]", f"policies.machine.pg_late.model_dir={tmp_path / 'pg_rank'}")
@@ -146,6 +149,7 @@ def test_a_missing_learned_model_is_one_line_before_any_work(tmp_path, capsys):
     from stages.scenarios import scenarios
     from tests.runs import CONF
 
+    train_tiny(tmp_path / "models" / "late")
     over = ["tracking.enabled=false", *outputs_in(tmp_path), *TINY, f"cem.model_dir={_cem_model(tmp_path)}",
             f"policies.machine.dqn_late.model_dir={tmp_path / 'nowhere'}"]
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
@@ -154,7 +158,8 @@ def test_a_missing_learned_model_is_one_line_before_any_work(tmp_path, capsys):
         run_stage(scenarios, cfg)
     assert e.value.code == 1
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: policies.machine.dqn_late.model_dir: no trained model in {tmp_path / 'nowhere'}"]
+        f"error: policies.machine.dqn_late.model_dir: no trained model in {tmp_path / 'nowhere'} (`dvc repro train_late` "
+        "or train_cem makes the pipeline's)"]
     assert not (tmp_path / "metrics").exists()
 
 
@@ -173,7 +178,8 @@ def test_bad_scenario_settings_are_refused_with_one_line(override, message):
 
 def test_simulate_runs_the_learned_late_policies_from_their_conf_entries(tmp_path):
     """``python -m stages.simulate sim.dispatch=late "sim.policies.machine=[...,cem_late,dqn_late,pg_late]"``:
-    dqn_late, pg_late, cem_late and eft_late_plain have conf entries whose models are the committed ones."""
+    dqn_late, pg_late, cem_late and eft_late_plain have conf entries whose models are train_late's."""
     from tests.machine.test_late_engine import late_simulate
 
+    train_tiny(tmp_path / "models" / "late")
     late_simulate(tmp_path, ["wspt_late", "eft_late_plain", "cem_late", "dqn_late", "pg_late"])

@@ -58,15 +58,17 @@ class Run:
         return self.path("traces_dir")
 
     def policy_names(self) -> list[str]:
-        """The policies this run simulates: ``policy`` if set, else the kind's ``sim.policies``.
-        Unknown names raise one line listing the kind's policies."""
+        """The policies this run simulates: ``policy`` if set, else the kind's ``sim.policies``
+        (null: every policy of the kind, in the order of ``policies.<kind>``).  Unknown names
+        raise one line listing the kind's policies."""
         from hybridsched.errors import HybridschedError
 
         known = self.cfg.get("policies", {}).get(self.kind, {}) or {}
         if self.policy is not None:
             names, setting = [self.policy], "policy"
         else:
-            names, setting = list((self.cfg["sim"].get("policies") or {}).get(self.kind) or []), f"sim.policies.{self.kind}"
+            chosen = (self.cfg["sim"].get("policies") or {}).get(self.kind)
+            names, setting = list(known) if chosen is None else list(chosen), f"sim.policies.{self.kind}"
         unknown = [n for n in names if n not in known]
         if unknown:
             raise HybridschedError(f"{setting}: unknown {self.kind} policy name(s) {unknown}; known: {sorted(known)}")
@@ -98,14 +100,81 @@ class Run:
                 enabled=bool(self.tracking and t.get("enabled", False)))
 
 
+TUNED_KEY = "tuned"  # a policy node's path to the tune_heuristics stage's values for it
+
+
+def with_tuned(spec: Any) -> Any:
+    """A policy config with the ``tune_heuristics`` stage's values over the YAML's defaults.
+
+    Every node (nested ones too, e.g. an ordered policy's ``placement``) whose ``tuned`` names a
+    file takes that file's ``params``; ``tuned: null`` keeps the YAML's (untuned) values.  A named
+    file that does not exist is one line saying which stage writes it."""
+    import yaml
+
+    from hybridsched.errors import HybridschedError
+
+    if isinstance(spec, list):
+        return [with_tuned(v) for v in spec]
+    if not isinstance(spec, dict):
+        return spec
+    out = {k: with_tuned(v) for k, v in spec.items() if k != TUNED_KEY}
+    path = spec.get(TUNED_KEY)
+    if path is None:
+        return out
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise HybridschedError(f"{path}: no tuned weights (run `dvc repro tune_heuristics`, or set the policy's "
+                               f"tuned=null for its untuned defaults)") from None
+    except (OSError, yaml.YAMLError) as e:
+        raise HybridschedError(f"{path}: cannot read the tuned weights ({str(e).splitlines()[0]})") from None
+    params = doc.get("params") if isinstance(doc, dict) else None
+    if not isinstance(params, dict):
+        raise HybridschedError(f"{path}: expected a `params:` mapping of tuned values, got {doc!r}"[:300])
+    unknown = sorted(set(params) - set(out))
+    if unknown:
+        raise HybridschedError(f"{path}: {unknown} are not settings of the policy; it has "
+                               f"{sorted(k for k in out if k != '_target_')}")
+    # the YAML holds the untuned defaults under a tuned file: another value was set by hand
+    # (an override) and would be silently replaced, so it is refused instead
+    by_hand = {k: out[k] for k, v in _class_defaults(out.get("_target_")).items() if k in params and out.get(k, v) != v}
+    if by_hand:
+        raise HybridschedError(f"{path}: its tuned values replace {by_hand}, which differ from the untuned defaults; "
+                               f"to run the policy with values by hand, also set its tuned=null")
+    return {**out, **params}
+
+
+def _class_defaults(target: Any) -> dict[str, Any]:
+    """Keyword -> default of the ``_target_`` class's constructor ({} if it cannot be imported)."""
+    import importlib
+    import inspect
+
+    module, _, name = str(target).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return {}
+    return {k: p.default for k, p in inspect.signature(cls).parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def without_tuned(spec: Any) -> Any:
+    """A policy config with every ``tuned`` key dropped: the YAML's own (untuned) values."""
+    if isinstance(spec, list):
+        return [without_tuned(v) for v in spec]
+    if not isinstance(spec, dict):
+        return spec
+    return {k: without_tuned(v) for k, v in spec.items() if k != TUNED_KEY}
+
+
 def instantiate(spec: dict[str, Any], **extra: Any) -> Any:
     """Build the object a config node describes (``_target_`` plus keyword arguments), without
-    Hydra: the library must stay importable and testable on its own."""
+    Hydra: the library must stay importable and testable on its own.  A node with ``tuned``
+    takes the tuning stage's values first (:func:`with_tuned`)."""
     import importlib
 
     from hybridsched.errors import HybridschedError
 
-    spec = dict(spec)
+    spec = with_tuned(spec)
     target = spec.pop("_target_", None)
     if not target:
         raise HybridschedError(f"config node has no _target_: {sorted(spec)}")

@@ -189,13 +189,20 @@ def anchored_url(url: str, root: Path = ROOT) -> str:
     return url
 
 
+def _anchor_paths(spec: Any) -> Any:
+    """A policy spec with its files (``model_dir``, the tuned weights' ``tuned``, in nested
+    specs too) anchored at the project root, so the race runs from any directory."""
+    if not isinstance(spec, dict):
+        return spec
+    return {k: anchored(str(v)) if k in ("model_dir", "tuned") and v else _anchor_paths(v) for k, v in spec.items()}
+
+
 def machine_section(cfg: dict[str, Any]) -> dict[str, Any]:
     """What the race needs from a composed config: cluster, workload, policy specs (model
     folders anchored at the project root), workloads."""
     policies = cfg.get("policies", {})
     specs = policies.get("machine", policies)  # the per-kind layout nests specs under the kind
-    specs = {name: ({**spec, "model_dir": anchored(str(spec["model_dir"]))} if spec.get("model_dir") else spec)
-             for name, spec in specs.items()}
+    specs = {name: _anchor_paths(spec) for name, spec in specs.items()}
     return {"cluster": cfg["cluster"], "workload": cfg["workload"], "policies": specs,
             "compiled": bool(cfg.get("sim", {}).get("compiled", True))}
 

@@ -173,7 +173,7 @@ def policy_factories(cfg: dict[str, Any], names: list[str] | None) -> dict[str, 
     from hybridsched.kinds.base import instantiate
 
     specs = cfg["policies"]["machine"]
-    names = list(names or cfg["sim"]["policies"]["machine"])
+    names = list(names or cfg["sim"]["policies"]["machine"] or specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
         raise HybridschedError(f"load_sweep.policies: unknown policy name(s) {unknown}; known: {sorted(specs)}")

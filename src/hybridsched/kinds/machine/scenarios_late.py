@@ -3,7 +3,7 @@
 Per scenario (the named workloads, the held-out draws of ``scenarios.heldout_workloads`` and
 optionally a load sweep): the LP bound, every heuristic of either mode (the YAML weights,
 tuned on the default workload's training split) and the learned policies, unchanged on every
-scenario.  Tasks and noise as ``benchmarks.quality_eval``: a named workload's test split with
+scenario.  Tasks and noise as ``studies.quality_eval``: a named workload's test split with
 noise seed ``sim.seed``; held-out draw k: tasks and noise from seed k; sweep: the default
 test split's task mix at each load's rate, tasks and noise from seed 0.
 
@@ -11,7 +11,7 @@ The verdicts are the issue's targets: the best learned policy ÷ the best heuris
 *own* mode (arrival or late) ≤ 0.9 on at least 7 of the 10 scenarios, and the best policy
 within 1.5× of the LP bound on ``default`` and 3× on ``shifted``.
 
-Used by the ``scenarios`` stage (:func:`run_report`) and by ``benchmarks.late_eval``.
+Used by the ``scenarios`` stage (:func:`run_report`) and by ``studies.late_eval``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate, generate_splits, spec_from_config
 
-# benchmarks.late_eval's policy lists (the pipeline's are in conf: scenarios.heuristics / .learned)
+# studies.late_eval's policy lists (the pipeline's are in conf: scenarios.heuristics / .learned)
 ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda", "eft_spt", "eft_rank_spt", "dmda_wspt")
 LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain", "eft_late_hold", "eft_late_spt",
         "eft_late_rank", "rollout_late")
@@ -204,7 +204,8 @@ def factories(specs: dict[str, dict[str, Any]], names: Sequence[str]) -> Factori
     for n in names:
         d = specs[n].get("model_dir")
         if d is not None and not (Path(d).is_dir() and any(Path(d).iterdir())):
-            raise HybridschedError(f"policies.machine.{n}.model_dir: no trained model in {d}")
+            raise HybridschedError(f"policies.machine.{n}.model_dir: no trained model in {d} (`dvc repro train_late` "
+                                   f"or train_cem makes the pipeline's)")
 
     def make(name: str) -> Callable[[], Any]:
         return lambda: instantiate(specs[name])

@@ -6,6 +6,7 @@ returns its metrics (``simulate`` / ``evaluate``: the per-policy table).
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
-from hybridsched.kinds.base import Run, instantiate
+from hybridsched.kinds.base import Run, instantiate, with_tuned, without_tuned
 from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
+from hybridsched.parallel import background
 from hybridsched.progress import progress
 
 SPLITS = ("train", "test")
@@ -56,8 +58,9 @@ def check_config(run: Run) -> None:
             spec_from_config(w, split)
     DQNSettings.from_dict(run.cfg["dqn"])
     TuneSettings.from_dict(run.cfg["tune"])
-    for name, spec in run.policy_specs().items():
-        check_dispatch(run.cfg["sim"], name, instantiate(spec))
+    # the YAML's values: the tuned files come later in the DAG
+    select_dispatch(run.cfg["sim"], {name: instantiate(without_tuned(spec)) for name, spec in run.policy_specs().items()},
+                    named=run.policy is not None)
     check_seed(CEMSettings.from_dict(run.cfg["cem"]).seed)
     MachineCEMSettings.from_dict(run.cfg["cem"].get("machine"))
 
@@ -200,7 +203,7 @@ def train_cem(run: Run) -> dict:
                  "hidden_inputs": list(late_scorer.HIDDEN_INPUTS)}
     else:
         start = "eft_rank"
-        base0 = base_from_eft_rank(run.cfg["policies"]["machine"]["eft_rank"])
+        base0 = base_from_eft_rank(with_tuned(run.cfg["policies"]["machine"]["eft_rank"]))
         result, valid, selection = train_scorer(base0, search, settings, _cluster(run))
         model = {**model_from_theta(result.theta, base0, settings), "linear_terms": list(LINEAR),
                  "hidden_inputs": list(HIDDEN_INPUTS)}
@@ -249,46 +252,147 @@ def tune(run: Run) -> dict:
     return summary
 
 
+def train_late(run: Run) -> dict[str, Any]:
+    """The learned late dispatchers of ``train_late.policies`` (kinds/machine/late_train.py),
+    each from ``train_late.base``'s tuned weights on the ``cem.machine`` mixture's training
+    stream: ``train_late.model_dir/<policy>/``, metrics/train_late.json and the curves
+    metrics/plots/train_late.csv (cost ÷ the untuned or base heuristic's, per step)."""
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings
+    from hybridsched.kinds.machine.late_train import TRAINERS, train_one
+    from hybridsched.parallel import run_parallel
+
+    t = run.cfg["train_late"]
+    specs = run.cfg["policies"]["machine"]
+    unknown = [n for n in t["policies"] if n not in TRAINERS]
+    if unknown:
+        raise HybridschedError(f"train_late.policies: no trainer for {unknown}; known: {sorted(TRAINERS)}")
+    if t["base"] not in specs:
+        raise HybridschedError(f"train_late.base: unknown machine policy {t['base']!r}")
+    base_spec = with_tuned(specs[t["base"]])
+    mix, cluster = MachineCEMSettings.from_dict(run.cfg["cem"]["machine"]), _cluster(run)
+    metrics: dict[str, Any] = {"base": t["base"], "policies": {}}
+    curves = []
+    with atomic_dir(Path(t["model_dir"])) as tmp:
+        jobs = {name: (train_one, name, dict(t.get(name) or {}), base_spec, mix, cluster, tmp / name) for name in t["policies"]}
+        # each trainer is seeded and single-threaded: running them side by side changes no number
+        for name, out in run_parallel(jobs, int(t.get("workers", 1))).items():
+            metrics["policies"][name] = {"validation": out["validation"], **{k: v for k, v in out["report"].items()
+                                                                            if k in ("selected_iteration", "selected_generation",
+                                                                                     "selection", "wall_s")}}
+            curves += [{"policy": name, **row} for row in out["curve"]]
+            print(f"train_late: {name}: validation cost {out['validation']}", flush=True)
+    write_json(run.metrics_dir / "train_late.json", without_timings(metrics))
+    write_frame(run.metrics_dir / "plots" / "train_late.csv", pd.DataFrame(curves, columns=["policy", "step", "cost"]).round(6))
+    run.track("train_late", {n: v["validation"] for n, v in metrics["policies"].items() if v["validation"] is not None},
+              [run.metrics_dir / "train_late.json", run.metrics_dir / "plots" / "train_late.csv"])
+    return metrics
+
+
+def _log_tuned(line: str) -> None:
+    print(f"tune_heuristics: {line}", flush=True)
+
+
+def tune_heuristics(run: Run) -> dict[str, Any]:
+    """One Optuna study per policy of ``tune.spaces`` (``tune.heuristic_trials`` trials each,
+    trial 0 the YAML's untuned values): each policy simulated on the validation part of the
+    training split.  Writes ``paths.tuned/machine/<policy>.yaml`` (``params:``, read by the
+    policy's ``tuned`` setting) and metrics/tune_heuristics.json (default and best objective,
+    the tuned values)."""
+    import tempfile
+
+    import yaml
+
+    from hybridsched.kinds.machine.tuning import TuneSettings, tune_each
+    from hybridsched.parallel import run_parallel
+
+    t = run.cfg["tune"]
+    settings, cluster = TuneSettings.from_dict(t), _cluster(run)
+    names = sorted(settings.spaces)
+    trials = int(t["heuristic_trials"])
+    train = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    with tempfile.TemporaryDirectory(prefix="tune-heuristics-") as work:  # a fresh study: same seed, same trials
+        # one study per policy, side by side (each seeded and single-process: the same trials either way)
+        jobs = {name: (tune_each, run.cfg, train, cluster, [name], trials, Path(work), _log_tuned) for name in names}
+        tuned = {name: r[name] for name, r in run_parallel(jobs, int(t.get("heuristic_workers", 1))).items()}
+    objective = settings.objectives[0]
+    # ten significant digits: a sampler's last-bit noise never reaches the file (or what reads it)
+    per = {name: {"default": r["default"][objective], "best": r["best"][objective],
+                  "gain": round(1 - r["best"][objective] / r["default"][objective], 6),
+                  "params": {k: float(f"{v:.10g}") if isinstance(v, float) else v for k, v in r["params"].items()}}
+           for name, r in tuned.items()}
+    with atomic_dir(run.path("tuned") / "machine") as tmp:
+        for name, r in per.items():
+            header = (f"# Written by the tune_heuristics stage: the best of {trials} Optuna trials on the validation part "
+                      f"of the training split ({objective} {r['default']:.4g} -> {r['best']:.4g}); read by "
+                      f"policies.machine.{name}.tuned.\n")
+            write_text(tmp / f"{name}.yaml", header + yaml.safe_dump({"params": r["params"]}, sort_keys=True))
+    metrics = {"objective": objective, "trials": trials, "seed": settings.seed,
+               "validation_fraction": settings.validation_fraction, "policies": per}
+    write_json(run.metrics_dir / "tune_heuristics.json", metrics)
+    run.track("tune_heuristics", {f"{n}_{k}": v[k] for n, v in per.items() for k in ("default", "best")},
+              [run.metrics_dir / "tune_heuristics.json"])
+    return metrics
+
+
 def simulate(run: Run) -> pd.DataFrame:
-    """Run every chosen policy on the test workload with the same run-time noise: a
-    ``<policy>.parquet`` trace each and ``lower_bound.json`` in ``paths.traces_dir``; returns
-    the per-policy table."""
+    """Run every chosen policy in its own dispatch mode (arrival, ordered or late) on the test
+    workload with the same run-time noise: a ``<policy>.parquet`` trace each, ``dispatch.json``
+    (policy -> mode) and ``lower_bound.json`` in ``paths.traces_dir``; returns the per-policy
+    table with a ``dispatch`` column.  ``sim.dispatch`` filters by mode (``all``: every one)."""
     from hybridsched.kinds.machine.bounds import lower_bound
     from hybridsched.kinds.machine.sim import simulate as run_policy
 
     cluster = _cluster(run)
     tasks = _tasks(run, "test", cluster)
-    policies = run.build_policies()
-    for name, policy in policies.items():
-        check_dispatch(run.cfg["sim"], name, policy)
+    policies = select_dispatch(run.cfg["sim"], run.build_policies(), named=run.policy is not None)
     for policy in policies.values():  # trained models first: a broken one fails before the LP bound
         getattr(policy, "load", lambda: None)()
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
-    bound = asdict(lower_bound(tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])))
-    print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "
-          f"LP {bound['mean_latency_lp']:.4f} in {bound['lp_solve_s']:.1f} s)")
-    bound = without_timings(bound)
-    traces = {}
-    with atomic_dir(run.traces_dir) as tmp:
+    traces, modes = {}, {name: dispatch_mode(p) for name, p in policies.items()}
+    # the LP bound is solved in a second process while the policies run (the same numbers either way)
+    with background(lower_bound, tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])) as solving, \
+            atomic_dir(run.traces_dir) as tmp:
         for name, policy in progress(policies.items(), desc="simulate", unit="policy"):
             traces[name] = run_policy(tasks, cluster, policy, realization, compiled=bool(run.cfg["sim"]["compiled"])).to_frame()
             write_frame(tmp / f"{name}.parquet", traces[name])
-            print(f"simulate: {name:<16} makespan {traces[name]['end'].max() - tasks.arrival[0]:10.1f} s")
+            print(f"simulate: {name:<16} {modes[name]:<8} makespan {traces[name]['end'].max() - tasks.arrival[0]:10.1f} s")
+        bound = asdict(solving.result())
+        print(f"simulate: lower bound on mean latency {bound['mean_latency']:.4f} s (solo {bound['mean_latency_solo']:.4f}, "
+              f"LP {bound['mean_latency_lp']:.4f} in {bound['lp_solve_s']:.1f} s)")
+        bound = without_timings(bound)
         write_json(tmp / "lower_bound.json", bound)
-    table = _table(traces, cluster, bound, tasks)
+        write_json(tmp / DISPATCH_FILE, modes)
+    table = _table(traces, cluster, bound, tasks, modes)
     run.track("simulate", {"lower_bound": bound, **table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"]["name"])
 
 
-def check_dispatch(sim: dict, name: str, policy) -> None:
-    """One line when a policy of ``sim.policies`` does not dispatch in ``sim.dispatch``'s mode."""
-    mode = sim.get("dispatch", "arrival")
-    if mode not in ("arrival", "late"):
-        raise HybridschedError(f"sim.dispatch must be 'arrival' or 'late', got {mode!r}")
-    own = getattr(policy, "dispatch", "arrival")
-    if own != mode:
-        raise HybridschedError(f"sim.dispatch={mode}: policy {name!r} dispatches {own}; "
-                               f"list only {mode}-mode policies in sim.policies.machine (docs/machine.md)")
+DISPATCH_MODES = ("arrival", "ordered", "late")
+DISPATCH_FILE = "dispatch.json"  # policy -> dispatch mode, beside the traces
+
+
+def dispatch_mode(policy) -> str:  # noqa: ANN001 (any machine policy)
+    """How ``policy`` is simulated (kinds/machine/sim.py): ``late`` (a central pool, picked when a
+    device frees), ``ordered`` (placed at arrival, device queues in its own order) or ``arrival``
+    (placed at arrival, FIFO device queues)."""
+    if getattr(policy, "dispatch", "arrival") == "late":
+        return "late"
+    return "ordered" if getattr(policy, "queue_order", None) is not None else "arrival"
+
+
+def select_dispatch(sim: dict, policies: dict[str, Any], named: bool = False) -> dict[str, Any]:
+    """The policies of ``sim.dispatch``'s mode (``all``: every one); a policy named by
+    ``policy=NAME`` (``named``) runs whatever the filter.  One line when none is left."""
+    mode = sim.get("dispatch", "all")
+    if mode not in ("all", *DISPATCH_MODES):
+        raise HybridschedError(f"sim.dispatch must be one of {['all', *DISPATCH_MODES]}, got {mode!r}")
+    if named or mode == "all":
+        return policies
+    kept = {n: p for n, p in policies.items() if dispatch_mode(p) == mode}
+    if not kept:
+        raise HybridschedError(f"sim.dispatch={mode}: none of the chosen policies {sorted(policies)} dispatches {mode} "
+                               f"(sim.dispatch=all runs every one in its own mode)")
+    return kept
 
 
 def lp_settings(sim: dict):  # -> LPSettings | None
@@ -299,8 +403,10 @@ def lp_settings(sim: dict):  # -> LPSettings | None
     return LPSettings(**{k: v for k, v in lp.items() if k != "enabled"}) if lp.pop("enabled", True) else None
 
 
-def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks: TaskTable) -> pd.DataFrame:
-    """The shared comparison over this kind's audited per-policy summaries."""
+def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks: TaskTable,
+           modes: dict[str, str]) -> pd.DataFrame:
+    """The shared comparison over this kind's audited per-policy summaries, with each policy's
+    dispatch mode first."""
     from hybridsched.errors import HybridschedError
     from hybridsched.kinds.machine.metrics import check_trace, summarize
 
@@ -312,7 +418,9 @@ def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks
         if problems:
             raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
         summaries[name] = summarize(tr, cluster)
-    return compare(summaries, bound)
+    table = compare(summaries, bound)
+    table.insert(0, "dispatch", [modes.get(n, "arrival") for n in table.index])
+    return table
 
 
 def write_kind_plots(out: Path, traces: dict[str, pd.DataFrame], cluster: Cluster) -> list[Path]:
@@ -331,9 +439,11 @@ def evaluate(run: Run) -> pd.DataFrame:
     from hybridsched.evaluation import load_traces, utilisation_table
 
     cluster = _cluster(run)
-    traces, bound = load_traces(run.traces_dir, order=(run.cfg["sim"].get("policies") or {}).get("machine", []))
+    traces, bound = load_traces(run.traces_dir, order=list(run.cfg["policies"]["machine"]))
+    modes_file = run.traces_dir / DISPATCH_FILE
+    modes = json.loads(modes_file.read_text()) if modes_file.is_file() else {}
     tasks = read_tasks(run.workload_dir / "test.parquet")
-    table = _table(traces, cluster, bound, tasks)
+    table = _table(traces, cluster, bound, tasks, modes)
     summary = {"workload": run.cfg["workload"]["name"], "kind": "machine", "n_tasks": len(tasks), "lower_bound": bound,
                "policies": table.round(6).to_dict(orient="index")}
     files = write_report(run.metrics_dir, summary, table, traces, utilisation_table(table, cluster.n_gpus))

@@ -213,9 +213,10 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
     target, one not in TARGETS, is built from ``policies.<target>`` and only simulated)."""
     real = cluster.sample_noise(len(val), np.random.default_rng(seed))
     if target not in TARGETS:
-        from hybridsched.kinds.base import instantiate
+        from hybridsched.kinds.base import instantiate, without_tuned
 
-        policy = instantiate(_policy_node(cfg, target))
+        # the trial's own values, never an earlier study's (the node's ``tuned`` file)
+        policy = instantiate(without_tuned(_policy_node(cfg, target)))
     elif target == "hybrid_ml":
         from hybridsched.kinds.machine.runtime_model import train_runtime_model
         from hybridsched.kinds.machine.policies.hybrid_ml import HybridML

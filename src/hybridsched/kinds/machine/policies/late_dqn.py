@@ -356,9 +356,8 @@ class DQNLate(LateList):
         if self._model is None:
             path = self.model_dir / MODEL_FILE
             if not path.is_file():
-                flag = "--train-pg" if self.name == "pg_late" else "--train-dqn"
-                raise HybridschedError(f"{self.name} policy: no trained model at {path}; run "
-                                       f"`python -m benchmarks.late_eval {flag} {self.model_dir}`")
+                raise HybridschedError(f"{self.name} policy: no trained model at {path}; "
+                                       f"`dvc repro train_late` trains it")
             self._model = json.loads(path.read_text())
         hidden = int(self._model["hidden"])
         w = np.asarray(self._model["weights"], dtype=np.float64)

@@ -15,7 +15,7 @@ tasks, then the share nearest the base's, the higher first).  It
 sees what every late policy sees: the pool, the believed free times and nominal times; no
 future arrival, no noise.  With ``candidates = 1`` and ``shares = 0`` it is the base, trace
 for trace (``tests/machine/test_late_rollout.py``).  Why: the offline search of
-``benchmarks/late_offline.py`` found shares worth more than order, and the rollout chooses
+``studies/late_offline.py`` found shares worth more than order, and the rollout chooses
 the share with the other waiting tasks in view (docs/machine.md, "An online rollout").
 """
 

@@ -180,6 +180,5 @@ def load_model(model_dir: Path) -> dict[str, Any]:
     """``model_dir/model.json``; one line naming the path when none was trained."""
     path = Path(model_dir) / MODEL_FILE
     if not path.is_file():
-        raise HybridschedError(f"cem_late policy: no trained model at {path}; run "
-                               "`python -m stages.train_cem cem.machine.dispatch=late cem.model_dir=models/cem_late`")
+        raise HybridschedError(f"cem_late policy: no trained model at {path}; `dvc repro train_late` trains it")
     return json.loads(path.read_text())
