@@ -52,11 +52,22 @@ def _untuned_default() -> Path:
     return untuned(tmp)
 
 
+def untuned_override() -> str:
+    """The override that points ``paths.tuned`` at this process's untuned folder (:func:`untuned`)."""
+    return f"paths.tuned={_untuned_default()}"
+
+
+def untuned_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """A study's command line with :func:`untuned_override` among its Hydra overrides (after ``--``),
+    so a study run by a test never reads the workspace's models/."""
+    return [*argv, untuned_override()] if "--" in argv else [*argv, "--", untuned_override()]
+
+
 def compose_run(*overrides: str, in_memory: bool = False, policy: str | None = None) -> Run:
     """conf/ composed with ``overrides`` (MLflow tracking off) as a plain Run; without a
     ``paths.tuned`` override the heuristics are untuned (never the workspace's models/)."""
     if not any(o.startswith("paths.tuned=") for o in overrides):
-        overrides = (f"paths.tuned={_untuned_default()}", *overrides)
+        overrides = (untuned_override(), *overrides)
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="config", overrides=["tracking.enabled=false", *overrides])
     return Run(cfg=OmegaConf.to_container(cfg, resolve=True), in_memory=in_memory, policy=policy)

@@ -60,7 +60,9 @@ def test_a_policy_the_live_engine_cannot_run_is_one_line(name):
     # times from one segment to the next as the live service does
     from hybridsched.service.engine import build_policy
 
-    s = load_settings([], token="t")
+    from tests.runs import untuned_override
+
+    s = load_settings([untuned_override()], token="t")
     with pytest.raises(HybridschedError, match=f"policy {name}: the live service runs arrival-mode policies with FIFO"):
         build_policy(name, s.machine["policies"][name])
     assert build_policy("eft_rank", s.machine["policies"]["eft_rank"]).name == "eft_rank"

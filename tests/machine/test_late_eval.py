@@ -12,10 +12,11 @@ import pytest
 
 from studies import late_eval
 from hybridsched.errors import HybridschedError
+from tests.runs import untuned_argv
 
 
 def _main(monkeypatch, *argv: str) -> None:
-    monkeypatch.setattr(sys, "argv", ["late_eval", *argv])
+    monkeypatch.setattr(sys, "argv", ["late_eval", *untuned_argv(argv)])
     late_eval.main()
 
 

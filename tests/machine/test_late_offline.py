@@ -18,12 +18,13 @@ from hybridsched.kinds.machine.engine import task_matrix
 from hybridsched.kinds.machine.policies.late import _ALONE, SPTLate, task_data
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable
+from tests.runs import untuned_argv, untuned_override
 
-SHRINK = ("--", "workload.n_train=300", "workload.n_test=150")
+SHRINK = ("--", "workload.n_train=300", "workload.n_test=150", untuned_override())
 
 
 def _main(monkeypatch, *argv: str) -> None:
-    monkeypatch.setattr(sys, "argv", ["late_offline", *argv])
+    monkeypatch.setattr(sys, "argv", ["late_offline", *untuned_argv(argv)])
     late_offline.main()
 
 
@@ -79,7 +80,7 @@ def test_heldout_draw_is_the_scenario_tables(tmp_path, monkeypatch):
     _main(monkeypatch, "--workload", "heldout1", "--heldout-tasks", "150", "--start", "eft_late_plain", "--iters", "100",
           "--window", "10", "--other-noise", "0", "--out", str(out))
     r = json.loads((out / "offline.json").read_text())
-    name, tasks, cluster, seed, cfg = scenarios([], 2, 150, [])[-1]
+    name, tasks, cluster, seed, cfg = scenarios([], 2, 150, [untuned_override()])[-1]
     own = simulate(tasks, cluster, instantiate(cfg["policies"]["machine"]["eft_late_plain"]),
                    cluster.sample_noise(150, np.random.default_rng(seed)))
     assert (r["scenario"], r["tasks"], r["noise_seed"]) == (name, 150, 1) == ("heldout1", 150, 1)

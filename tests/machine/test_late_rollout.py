@@ -22,9 +22,10 @@ from hybridsched.kinds.machine.sim import simulate
 from tests.machine.sim_helpers import CASES as cases
 from tests.machine.sim_helpers import assert_schedule_valid, parents_of
 from tests.machine.sim_helpers import setup_case as _setup
+from tests.runs import untuned_argv, untuned_override
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SHRINK = ("--", "workload.n_train=300", "workload.n_test=150")
+SHRINK = ("--", "workload.n_train=300", "workload.n_test=150", untuned_override())
 
 
 def bases():
@@ -61,7 +62,7 @@ def test_rollouts_keep_the_invariants_the_bound_and_the_reference(c):
 def test_the_config_is_a_rollout_over_heft_late_and_bad_settings_are_one_line():
     from studies.quality_eval import compose
 
-    specs = compose([])["policies"]["machine"]
+    specs = compose([untuned_override()])["policies"]["machine"]
     ro = instantiate(specs["rollout_late"])
     heft = instantiate(specs["heft_late"])
     assert (ro.candidates, ro.shares, ro.dispatch) == (8, 20, "late")
@@ -75,7 +76,7 @@ def test_the_config_is_a_rollout_over_heft_late_and_bad_settings_are_one_line():
 
 
 def _main(monkeypatch, *argv: str) -> None:
-    monkeypatch.setattr(sys, "argv", ["late_rollout", *argv])
+    monkeypatch.setattr(sys, "argv", ["late_rollout", *untuned_argv(argv)])
     late_rollout.main()
 
 

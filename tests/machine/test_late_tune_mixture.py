@@ -11,6 +11,7 @@ import pytest
 
 from studies.late_tune_mixture import main, tune_mixture
 from hybridsched.errors import HybridschedError
+from tests.runs import untuned_argv
 
 SHRUNK = ["--", "cem.machine.tasks=120"]
 
@@ -69,7 +70,7 @@ def test_late_eval_takes_the_overrides_and_only_the_tuned_heuristics_move(tmp_pa
     pg = train_tiny(tmp_path / "models", ("pg_late",)) / "pg_late"  # a tiny trained pg_late
     common = ["late_eval", "--no-lp", "--workloads", "default", "--heldout", "0", "--cem-model", none,
               "--cem-late-model", none, "--dqn-late-model", none, "--pg-late-model", str(pg)]
-    for d, ov in (("yaml", []), ("mix", ["--", *lines])):
+    for d, ov in (("yaml", untuned_argv([])), ("mix", untuned_argv(["--", *lines]))):
         monkeypatch.setattr(sys, "argv", [*common, "--out", str(tmp_path / f"eval_{d}"), *ov])
         late_eval.main()
     a, b = (pd.read_csv(tmp_path / f"eval_{d}" / "default.csv").set_index("policy")["mean_latency"] for d in ("yaml", "mix"))

@@ -13,12 +13,13 @@ from studies import lp_grid
 from studies.late_eval import scenarios
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.sim import simulate
+from tests.runs import untuned_argv, untuned_override
 
-SHRINK = ("--", "workload.n_train=300", "workload.n_test=150")
+SHRINK = ("--", "workload.n_train=300", "workload.n_test=150", untuned_override())
 
 
 def _main(monkeypatch, *argv: str) -> None:
-    monkeypatch.setattr(sys, "argv", ["lp_grid", *argv])
+    monkeypatch.setattr(sys, "argv", ["lp_grid", *untuned_argv(argv)])
     lp_grid.main()
 
 

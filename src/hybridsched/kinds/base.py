@@ -146,13 +146,13 @@ def with_tuned(spec: Any) -> Any:
 
 def _class_defaults(target: Any) -> dict[str, Any]:
     """Keyword -> default of the ``_target_`` class's constructor ({} if it cannot be imported)."""
-    import importlib
     import inspect
 
-    module, _, name = str(target).rpartition(".")
+    from hybridsched.errors import HybridschedError
+
     try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
+        cls = target_class({"_target_": target})
+    except HybridschedError:
         return {}
     return {k: p.default for k, p in inspect.signature(cls).parameters.items() if p.default is not inspect.Parameter.empty}
 
@@ -166,21 +166,27 @@ def without_tuned(spec: Any) -> Any:
     return {k: without_tuned(v) for k, v in spec.items() if k != TUNED_KEY}
 
 
-def instantiate(spec: dict[str, Any], **extra: Any) -> Any:
-    """Build the object a config node describes (``_target_`` plus keyword arguments), without
-    Hydra: the library must stay importable and testable on its own.  A node with ``tuned``
-    takes the tuning stage's values first (:func:`with_tuned`)."""
+def target_class(spec: dict[str, Any]) -> type:
+    """The class a config node's ``_target_`` names; one line when there is none or it cannot be imported."""
     import importlib
 
     from hybridsched.errors import HybridschedError
 
-    spec = with_tuned(spec)
-    target = spec.pop("_target_", None)
+    target = spec.get("_target_")
     if not target:
         raise HybridschedError(f"config node has no _target_: {sorted(spec)}")
     module, _, name = str(target).rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
         raise HybridschedError(f"_target_ {target!r} cannot be imported ({e})") from None
+
+
+def instantiate(spec: dict[str, Any], **extra: Any) -> Any:
+    """Build the object a config node describes (``_target_`` plus keyword arguments), without
+    Hydra: the library must stay importable and testable on its own.  A node with ``tuned``
+    takes the tuning stage's values first (:func:`with_tuned`)."""
+    cls = target_class(spec)
+    spec = with_tuned(spec)
+    spec.pop("_target_")
     return cls(**{**spec, **extra})

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybridsched.errors import HybridschedError, ModelFileError
-from hybridsched.kinds.base import instantiate
+from hybridsched.kinds.base import instantiate, target_class
 from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.service.persistence import Batch, BatchWriter, Store
 from hybridsched.service.settings import ServiceSettings
@@ -47,10 +47,11 @@ class InvalidRequest(HybridschedError):
 def build_policy(name: str, spec: dict[str, Any]):  # -> Policy
     """The policy of a config spec, named as in the race: an arrival-mode policy with FIFO
     device queues, the only sort the live engine (``engine.Session``, carried device times) runs."""
-    policy = instantiate(spec)
-    if getattr(policy, "dispatch", "arrival") != "arrival" or getattr(policy, "queue_order", None) is not None:
+    # the mode is the class's, so it is refused before any model or tuned file is read
+    if getattr(target_class(spec), "dispatch", "arrival") != "arrival":
         raise HybridschedError(f"policy {name}: the live service runs arrival-mode policies with FIFO device "
                                f"queues only; simulate it with `python -m stages.simulate policy={name}`")
+    policy = instantiate(spec)
     policy.name = name
     return policy
 

@@ -375,9 +375,7 @@ def dispatch_mode(policy) -> str:  # noqa: ANN001 (any machine policy)
     """How ``policy`` is simulated (kinds/machine/sim.py): ``late`` (a central pool, picked when a
     device frees), ``ordered`` (placed at arrival, device queues in its own order) or ``arrival``
     (placed at arrival, FIFO device queues)."""
-    if getattr(policy, "dispatch", "arrival") == "late":
-        return "late"
-    return "ordered" if getattr(policy, "queue_order", None) is not None else "arrival"
+    return getattr(policy, "dispatch", "arrival")
 
 
 def select_dispatch(sim: dict, policies: dict[str, Any], named: bool = False) -> dict[str, Any]:

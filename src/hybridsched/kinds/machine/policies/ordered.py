@@ -12,7 +12,7 @@ does alone; the device queues then run in ``order`` (``fifo``, ``spt`` or ``wspt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from hybridsched.devices import Realization
 from hybridsched.errors import HybridschedError
@@ -22,6 +22,8 @@ from hybridsched.kinds.machine.policies.base import Policy
 
 class OrderedQueues(Policy):
     """Placement at arrival by ``placement``, each device's queue in ``order`` (module docstring)."""
+
+    dispatch: ClassVar[str] = "ordered"  # placed at arrival like "arrival", but not FIFO queues
 
     def __init__(self, placement: dict[str, Any], order: str = "spt") -> None:
         from hybridsched.kinds.base import instantiate
