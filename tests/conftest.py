@@ -58,3 +58,29 @@ def workspace_untouched():
     after = _checksums(root)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert not changed, f"the test run changed the workspace: {changed[:10]}"
+
+
+# --- nor reads what only `make repro` makes ----------------------------------------------------
+_READS_OFF_LIMITS = {"on": False}
+
+
+def _refuse_workspace_reads(event: str, args: tuple) -> None:
+    if event != "open" or not _READS_OFF_LIMITS["on"] or not isinstance(args[0], (str, os.PathLike)):
+        return
+    path = Path(os.path.abspath(args[0]))
+    root = Path(__file__).resolve().parents[1]
+    if any(path.is_relative_to(root / top) for top in ("data", "models")):
+        raise RuntimeError(f"a test opened {path}: CI's fresh clone has no data/ or models/ (`make repro` "
+                           f"makes them); point the run at tmp_path (tests/runs.py outputs_in)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def workspace_not_read(workspace_untouched):
+    """No test opens the checkout's data/ or models/ in the test process: CI runs the suite in a
+    fresh clone without `make repro`, where a test that reads them would fail."""
+    import sys
+
+    sys.addaudithook(_refuse_workspace_reads)  # audit hooks cannot be removed: the flag turns it off
+    _READS_OFF_LIMITS["on"] = True
+    yield
+    _READS_OFF_LIMITS["on"] = False

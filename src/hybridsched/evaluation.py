@@ -15,6 +15,30 @@ from hybridsched.errors import HybridschedError
 EVALUATE_COLUMNS = ("dispatch", "makespan", "mean_latency", "p95_latency", "energy_j", "makespan_vs_bound", "mean_latency_vs_bound")
 
 
+DISPATCH_FILE = "dispatch.json"  # policy -> dispatch mode, beside a kind's traces
+
+
+def dispatch_mode(policy: Any) -> str:
+    """How a policy is simulated, as its class declares (``dispatch``): ``arrival`` (placed when
+    it arrives, FIFO queues; the default), or a kind's other modes (the machine's ``ordered``
+    and ``late``, the cluster's ``queue``)."""
+    return getattr(policy, "dispatch", "arrival")
+
+
+def read_dispatch(traces_dir: Path) -> dict[str, str]:
+    """Policy -> dispatch mode as the simulate stage wrote it beside the traces ({} if absent)."""
+    import json
+
+    f = traces_dir / DISPATCH_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def with_dispatch(table: pd.DataFrame, modes: dict[str, str]) -> pd.DataFrame:
+    """``table`` with each policy's dispatch mode as its first column."""
+    table.insert(0, "dispatch", [modes.get(n, "arrival") for n in table.index])
+    return table
+
+
 def compare(summaries: dict[str, dict[str, float]], bound: dict[str, float], baseline: str = "round_robin",
             oracle: str = "oracle") -> pd.DataFrame:
     """One row per policy (index ``policy``) for every kind: the kind's audited summary metrics,

@@ -332,7 +332,7 @@ SCHEMA: dict[str, Rule] = {
     "sim.bound_lp.max_variables": Num(ge=1, integer=True, null=True),
     "sim.bound_lp.piece_cuts": Num(ge=0, le=8, integer=True),
     "sim.policies.machine": Names(_policies("machine"), "machine policy name", null=True),
-    "sim.policies.cluster": Names(_policies("cluster"), "cluster policy name"),
+    "sim.policies.cluster": Names(_policies("cluster"), "cluster policy name", null=True),
     "sim.policies.serving": Names(_policies("serving"), "serving policy name"),
     # rf
     "rf.model": Choice(("random_forest", "xgboost")),

@@ -46,13 +46,15 @@ def test_every_stage_runs_on_the_fixture(tmp_path: Path) -> None:
     assert "skipped" in json.loads((m / "profile.json").read_text())
     assert (tmp_path / "models" / "rf" / "meta.json").exists() and (tmp_path / "models" / "dqn" / "model.pt").exists()
     table = results["evaluate"]
-    assert list(table.index) == run.cfg["sim"]["policies"]["cluster"]
+    # every cluster policy, each in its own dispatch mode (learned_queue in its queue engine)
+    assert run.cfg["sim"]["policies"]["cluster"] is None and list(table.index) == list(run.cfg["policies"]["cluster"])
+    assert table.loc["learned_queue", "dispatch"] == "queue" and set(table["dispatch"]) == {"arrival", "queue"}
     # the same derived columns as every kind; nothing beats the clairvoyant bound
     for col in ("mean_latency_vs_bound", "makespan_vs_bound", "latency_speedup_vs_round_robin", "mean_latency_vs_oracle"):
         assert col in table
     assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all()
     csv = pd.read_csv(m / "policies.csv")
-    assert list(csv["policy"]) == list(table.index)
+    assert list(csv["policy"]) == list(table.index) and list(csv["dispatch"]) == list(table["dispatch"])
     q = pd.read_csv(m / "plots" / "latency_quantiles.csv")
     assert set(q["policy"]) == set(table.index) and list(q.columns) == ["policy", "quantile", "latency"]
 

@@ -193,7 +193,8 @@ def test_sim_dispatch_filters_the_policies_by_mode():
     from hybridsched.errors import HybridschedError
     from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
     from hybridsched.kinds.machine.policies.ordered import OrderedQueues
-    from hybridsched.kinds.machine.stages import dispatch_mode, select_dispatch
+    from hybridsched.evaluation import dispatch_mode
+    from hybridsched.kinds.machine.stages import select_dispatch
 
     pols = {"eft": EarliestFinishTime(), "spt_late": SPTLate(),
             "eft_spt": OrderedQueues(order="spt", placement={"_target_": "hybridsched.kinds.machine.policies.eft.EarliestFinishTime"})}

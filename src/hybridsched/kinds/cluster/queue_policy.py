@@ -16,6 +16,8 @@ node choice whatever ``fade`` is (tested), so the all-zero vector of :data:`JOIN
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from hybridsched.errors import HybridschedError
@@ -77,6 +79,7 @@ class LearnedQueuePolicy(BacklogScoredEFT):
     (tested)."""
 
     name = "learned_queue"
+    dispatch: ClassVar[str] = "queue"  # its own queue engine (evaluation.dispatch_mode)
 
     def __init__(self, weights: dict[str, float] | None = None, backfill: str = "greedy",
                  model_dir: str | None = None) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
-from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
+from hybridsched.evaluation import (DISPATCH_FILE, EVALUATE_COLUMNS, compare, dispatch_mode, read_dispatch, with_dispatch,
+                                   write_importance_report, write_report)
 from hybridsched.io import atomic_dir, without_timings, write_frame, write_json
 from hybridsched.kinds.base import Run, instantiate
 from hybridsched.kinds.cluster import workload as W
@@ -233,19 +234,23 @@ def simulate(run: Run) -> pd.DataFrame:
     cluster = _node_cluster(run, nodes)
     bound = asdict(lower_bound(run_inputs(test, cluster), cluster))
     policies = run.build_policies()
+    modes = {name: dispatch_mode(p) for name, p in policies.items()}
     traces = W.run_policies(train, test, cluster, policies)
     with atomic_dir(run.traces_dir) as tmp:
         for name, tr in traces.items():
             write_frame(tmp / f"{name}.parquet", tr)
-            print(f"simulate: {name:<16} mean JCT {(tr['end'] - tr['arrival']).mean():10.1f} s")
+            print(f"simulate: {name:<20} {modes[name]:<8} mean JCT {(tr['end'] - tr['arrival']).mean():10.1f} s")
         write_json(tmp / "lower_bound.json", bound)
-    table = _table(traces, test, nodes, cluster.power, bound)
+        write_json(tmp / DISPATCH_FILE, modes)
+    table = _table(traces, test, nodes, cluster.power, bound, modes)
     run.track("simulate", {"lower_bound": bound, **table[["mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"]["name"])
 
 
-def _table(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Cluster, bound: dict) -> pd.DataFrame:
-    """The shared comparison over this kind's audited per-policy summaries."""
+def _table(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, power: Cluster, bound: dict,
+           modes: dict[str, str]) -> pd.DataFrame:
+    """The shared comparison over this kind's audited per-policy summaries, each policy's
+    dispatch mode first."""
     from hybridsched.kinds.cluster.metrics import check_trace, summarize
 
     summaries = {}
@@ -254,7 +259,7 @@ def _table(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, po
         if problems:
             raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
         summaries[name] = summarize(tr, nodes, power)
-    return compare(summaries, bound)
+    return with_dispatch(compare(summaries, bound), modes)
 
 
 def write_kind_plots(out, traces: dict[str, pd.DataFrame], nodes: NodeTable) -> list:
@@ -279,10 +284,10 @@ def evaluate(run: Run) -> pd.DataFrame:
     """metrics/summary.json, metrics/policies.csv, the plot tables and PNGs."""
     from hybridsched.evaluation import load_traces
 
-    traces, bound = load_traces(run.traces_dir, order=(run.cfg["sim"].get("policies") or {}).get("cluster", []))
+    traces, bound = load_traces(run.traces_dir, order=list(run.cfg["policies"]["cluster"]))
     wd = run.workload_dir
     test, nodes = W.read_split(wd, "test"), W.read_nodes(wd)
-    table = _table(traces, test, nodes, Cluster.from_dict(run.cfg["cluster"]), bound)
+    table = _table(traces, test, nodes, Cluster.from_dict(run.cfg["cluster"]), bound, read_dispatch(run.traces_dir))
     summary = {"workload": run.cfg["workload"]["name"], "kind": "cluster", "n_tasks": len(test),
                "nodes": nodes.summary(), "lower_bound": bound, "policies": table.round(6).to_dict(orient="index")}
     files = write_report(run.metrics_dir, summary, table, traces, W.utilisation_long(traces, nodes))

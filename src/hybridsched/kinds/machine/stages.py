@@ -6,7 +6,6 @@ returns its metrics (``simulate`` / ``evaluate``: the per-policy table).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
-from hybridsched.evaluation import EVALUATE_COLUMNS, compare, write_importance_report, write_report
+from hybridsched.evaluation import (DISPATCH_FILE, EVALUATE_COLUMNS, compare, dispatch_mode, read_dispatch, with_dispatch,
+                                   write_importance_report, write_report)
 from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate, with_tuned, without_tuned
 from hybridsched.devices import Cluster, cluster_from_config
@@ -368,14 +368,6 @@ def simulate(run: Run) -> pd.DataFrame:
 
 
 DISPATCH_MODES = ("arrival", "ordered", "late")
-DISPATCH_FILE = "dispatch.json"  # policy -> dispatch mode, beside the traces
-
-
-def dispatch_mode(policy) -> str:  # noqa: ANN001 (any machine policy)
-    """How ``policy`` is simulated (kinds/machine/sim.py): ``late`` (a central pool, picked when a
-    device frees), ``ordered`` (placed at arrival, device queues in its own order) or ``arrival``
-    (placed at arrival, FIFO device queues)."""
-    return getattr(policy, "dispatch", "arrival")
 
 
 def select_dispatch(sim: dict, policies: dict[str, Any], named: bool = False) -> dict[str, Any]:
@@ -416,9 +408,7 @@ def _table(traces: dict[str, pd.DataFrame], cluster: Cluster, bound: dict, tasks
         if problems:
             raise HybridschedError(f"trace of policy {name!r} is invalid: {'; '.join(problems)}")
         summaries[name] = summarize(tr, cluster)
-    table = compare(summaries, bound)
-    table.insert(0, "dispatch", [modes.get(n, "arrival") for n in table.index])
-    return table
+    return with_dispatch(compare(summaries, bound), modes)
 
 
 def write_kind_plots(out: Path, traces: dict[str, pd.DataFrame], cluster: Cluster) -> list[Path]:
@@ -438,8 +428,7 @@ def evaluate(run: Run) -> pd.DataFrame:
 
     cluster = _cluster(run)
     traces, bound = load_traces(run.traces_dir, order=list(run.cfg["policies"]["machine"]))
-    modes_file = run.traces_dir / DISPATCH_FILE
-    modes = json.loads(modes_file.read_text()) if modes_file.is_file() else {}
+    modes = read_dispatch(run.traces_dir)
     tasks = read_tasks(run.workload_dir / "test.parquet")
     table = _table(traces, cluster, bound, tasks, modes)
     summary = {"workload": run.cfg["workload"]["name"], "kind": "machine", "n_tasks": len(tasks), "lower_bound": bound,
