@@ -181,7 +181,7 @@ def tune_late(trials: int, out: Path, overrides: list[str] | None = None, names:
     cluster = cluster_from_config(cfg["cluster"])
     train, _ = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
     # the late heuristics with a search space; the others are variants without weights to tune
-    # (eft_late_plain, eft_late_hold, eft_late_spt, eft_late_rank: eft_late's untuned rule)
+    # (eft_late_plain, eft_late_spt, eft_late_rank: eft_late's untuned rule)
     names = names or [n for n in LATE if n in cfg["tune"]["spaces"]]
     with tempfile.TemporaryDirectory(prefix="late-tune-") as studies:  # the Optuna journals are not kept
         tuned = tune_each(cfg, train, cluster, names, trials, Path(studies), log=print)

@@ -87,15 +87,25 @@ def _leaves(node, key=None):
         yield key, node
 
 
-def test_exp_run_with_changed_intensity_shows_in_metrics_diff(project):
+def test_exp_run_on_another_workload_retunes_retrains_and_shows_in_metrics_diff(project):
+    """`dvc exp run -S workload=bursty` (at a lower intensity): the heuristics are retuned and the late policies
+    retrained on the new workload, and `dvc metrics diff` / `dvc exp show` put the new figures
+    and tuned values beside the baseline's."""
     sh("dvc", "repro", cwd=project)
     sh("git", "add", "-A", cwd=project)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "baseline", "--allow-empty", cwd=project)
-    sh("dvc", "exp", "run", "-S", "experiment=tiny", "-S", "workload.intensity_range=[0.1,0.3]", cwd=project)
-    diff = sh("dvc", "metrics", "diff", "--json", cwd=project)
-    changed = json.loads(diff)["metrics/summary.json"]
-    assert "policies.eft.mean_latency" in changed
+    ran = sh("dvc", "exp", "run", "-S", "experiment=tiny", "-S", "workload=bursty", "-S", "workload.intensity_range=[0.1,0.3]",
+             cwd=project)
+    for stage in ("generate", "tune_heuristics", "train_late", "simulate"):
+        assert f"Running stage '{stage}'" in ran, stage
+    diff = json.loads(sh("dvc", "metrics", "diff", "--json", cwd=project))
+    changed = diff["metrics/summary.json"]
     assert changed["policies.eft.mean_latency"]["diff"] != 0
+    assert changed["policies.rollout_late.mean_latency"]["diff"] != 0
+    assert diff["metrics/tune_heuristics.json"]["policies.eft_late.default"]["diff"] != 0
+    assert diff["metrics/train_late.json"]["policies.pg_late.validation"]["diff"] != 0
+    shown = sh("dvc", "exp", "show", "--csv", "--only-changed", cwd=project).splitlines()
+    assert "policies.eft_late.params.beta_cpu" in shown[0].split(",") and len(shown) >= 3
 
 
 def test_plots_diff_report_renders_offline_in_headless_chromium(project, tmp_path):

@@ -245,7 +245,7 @@ OPEN_UNIT = Num(gt=0, lt=1)     # (0, 1)
 ANY_NUM = Num()
 PATH = Text()
 FLAG = Bool()
-# a search space bound of tune.spaces: {low, high, log} or [low, high] (or {choices: [...]})
+# a search space bound of tune.spaces: {low, high, log, int} or [low, high] (or {choices: [...]})
 SPACE_BOUND = Num(ge=0)
 
 Rule = Callable[[str, Any, Config], None]
@@ -469,6 +469,7 @@ SCHEMA: dict[str, Rule] = {
     "tune.spaces.*.*.low": SPACE_BOUND,
     "tune.spaces.*.*.high": SPACE_BOUND,
     "tune.spaces.*.*.log": FLAG,
+    "tune.spaces.*.*.int": FLAG,  # an integer range (a count)
     "tune.spaces.*.*.choices": Names(None, "choice"),
     "tune.spaces.*.*": Pair(SPACE_BOUND),
     # load_sweep

@@ -31,8 +31,22 @@ def test_a_tuned_policy_yaml_holds_its_untuned_defaults_and_names_the_stage_file
     assert raw.get("tuned") == f"${{paths.tuned}}/machine/{name}.yaml"
     params = inspect.signature(_class(raw["_target_"])).parameters
     for key in SPACES[name]:
-        assert key in raw, f"{name}.yaml leaves {key} out: trial 0 would not be the untuned policy"
-        assert raw[key] == params[key].default, f"{name}.yaml: {key} {raw[key]} is not the untuned {params[key].default}"
+        if key in raw:  # left out, it is the class's default by construction
+            assert raw[key] == params[key].default, f"{name}.yaml: {key} {raw[key]} is not the untuned {params[key].default}"
+    # trial 0 is the untuned policy wherever the class's value lies in the space
+    # (eft_late_hold's untuned queue_slack, infinite, is no hold: eft_late_plain)
+    from hybridsched.kinds.machine.tuning import defaults_of
+    from tests.runs import compose_run
+
+    trial0 = defaults_of(name, compose_run().cfg, SPACES)
+    for key, rng in SPACES[name].items():
+        default = params[key].default
+        if isinstance(rng, dict) and "choices" in rng:
+            assert trial0[key] == raw.get(key, rng["choices"][0])
+        elif (rng["low"] if isinstance(rng, dict) else rng[0]) <= default <= (rng["high"] if isinstance(rng, dict) else rng[1]):
+            assert trial0[key] == default and type(trial0[key]) is type(default), (name, key)
+        else:
+            assert key not in trial0 and name == "eft_late_hold", (name, key)
 
 
 def test_with_tuned_overlays_nested_nodes_and_says_which_file_is_missing(tmp_path):

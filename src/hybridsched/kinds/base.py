@@ -131,20 +131,21 @@ def with_tuned(spec: Any) -> Any:
     params = doc.get("params") if isinstance(doc, dict) else None
     if not isinstance(params, dict):
         raise HybridschedError(f"{path}: expected a `params:` mapping of tuned values, got {doc!r}"[:300])
-    unknown = sorted(set(params) - set(out))
+    defaults = class_defaults(out.get("_target_"))
+    unknown = sorted(set(params) - set(out) - set(defaults))
     if unknown:
         raise HybridschedError(f"{path}: {unknown} are not settings of the policy; it has "
-                               f"{sorted(k for k in out if k != '_target_')}")
+                               f"{sorted(k for k in {*out, *defaults} if k != '_target_')}")
     # the YAML holds the untuned defaults under a tuned file: another value was set by hand
     # (an override) and would be silently replaced, so it is refused instead
-    by_hand = {k: out[k] for k, v in _class_defaults(out.get("_target_")).items() if k in params and out.get(k, v) != v}
+    by_hand = {k: out[k] for k, v in defaults.items() if k in params and out.get(k, v) != v}
     if by_hand:
         raise HybridschedError(f"{path}: its tuned values replace {by_hand}, which differ from the untuned defaults; "
                                f"to run the policy with values by hand, also set its tuned=null")
     return {**out, **params}
 
 
-def _class_defaults(target: Any) -> dict[str, Any]:
+def class_defaults(target: Any) -> dict[str, Any]:
     """Keyword -> default of the ``_target_`` class's constructor ({} if it cannot be imported)."""
     import inspect
 

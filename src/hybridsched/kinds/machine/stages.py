@@ -292,12 +292,35 @@ def _log_tuned(line: str) -> None:
     print(f"tune_heuristics: {line}", flush=True)
 
 
+def _nested_tuned(node: Any, top: bool = True) -> set[Path]:
+    """The ``tuned`` files a policy node's nested policies read (not the node's own)."""
+    if isinstance(node, list):
+        return set().union(*(_nested_tuned(v, False) for v in node))
+    if not isinstance(node, dict):
+        return set()
+    found = {Path(node["tuned"])} if not top and node.get("tuned") else set()
+    return found.union(*(_nested_tuned(v, False) for k, v in node.items() if k != "tuned"))
+
+
+def _retarget(node: Any, moved: dict[Path, Path]) -> Any:
+    """``node`` with every ``tuned`` path in ``moved`` replaced by where it is now."""
+    if isinstance(node, list):
+        return [_retarget(v, moved) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _retarget(v, moved) for k, v in node.items()}
+    if out.get("tuned") and Path(out["tuned"]) in moved:
+        out["tuned"] = str(moved[Path(out["tuned"])])
+    return out
+
+
 def tune_heuristics(run: Run) -> dict[str, Any]:
     """One Optuna study per policy of ``tune.spaces`` (``tune.heuristic_trials`` trials each,
     trial 0 the YAML's untuned values): each policy simulated on the validation part of the
     training split.  Writes ``paths.tuned/machine/<policy>.yaml`` (``params:``, read by the
     policy's ``tuned`` setting) and metrics/tune_heuristics.json (default and best objective,
-    the tuned values)."""
+    the tuned values).  A policy whose nested policy is tuned too (rollout_late's base) is tuned
+    after it, with its tuned values."""
     import tempfile
 
     import yaml
@@ -309,23 +332,33 @@ def tune_heuristics(run: Run) -> dict[str, Any]:
     settings, cluster = TuneSettings.from_dict(t), _cluster(run)
     names = sorted(settings.spaces)
     trials = int(t["heuristic_trials"])
-    train = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
-    with tempfile.TemporaryDirectory(prefix="tune-heuristics-") as work:  # a fresh study: same seed, same trials
-        # one study per policy, side by side (each seeded and single-process: the same trials either way)
-        jobs = {name: (tune_each, run.cfg, train, cluster, [name], trials, Path(work), _log_tuned) for name in names}
-        tuned = {name: r[name] for name, r in run_parallel(jobs, int(t.get("heuristic_workers", 1))).items()}
     objective = settings.objectives[0]
-    # ten significant digits: a sampler's last-bit noise never reaches the file (or what reads it)
-    per = {name: {"default": r["default"][objective], "best": r["best"][objective],
-                  "gain": round(1 - r["best"][objective] / r["default"][objective], 6),
-                  "params": {k: float(f"{v:.10g}") if isinstance(v, float) else v for k, v in r["params"].items()}}
-           for name, r in tuned.items()}
-    with atomic_dir(run.path("tuned") / "machine") as tmp:
-        for name, r in per.items():
-            header = (f"# Written by the tune_heuristics stage: the best of {trials} Optuna trials on the validation part "
-                      f"of the training split ({objective} {r['default']:.4g} -> {r['best']:.4g}); read by "
-                      f"policies.machine.{name}.tuned.\n")
-            write_text(tmp / f"{name}.yaml", header + yaml.safe_dump({"params": r["params"]}, sort_keys=True))
+    train = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
+    own = {name: Path(run.path("tuned")) / "machine" / f"{name}.yaml" for name in names}
+    needs = {name: {n for n, f in own.items() if f in _nested_tuned(run.cfg["policies"]["machine"][name])} for name in names}
+    per: dict[str, dict[str, Any]] = {}
+    with atomic_dir(run.path("tuned") / "machine") as tmp, \
+            tempfile.TemporaryDirectory(prefix="tune-heuristics-") as work:  # a fresh study: same seed, same trials
+        while len(per) < len(names):
+            # the studies whose nested policies (rollout_late's base) are tuned, side by side, each
+            # seeded and single-process (the same trials either way); they read the values written so far
+            ready = [n for n in names if n not in per and needs[n] <= set(per)]
+            if not ready:
+                raise HybridschedError(f"tune.spaces: the tuned files of {sorted(set(names) - set(per))} depend on each other")
+            cfg = {**run.cfg, "policies": {**run.cfg["policies"], "machine": _retarget(
+                run.cfg["policies"]["machine"], {own[n]: tmp / f"{n}.yaml" for n in per})}}
+            jobs = {name: (tune_each, cfg, train, cluster, [name], trials, Path(work), _log_tuned) for name in ready}
+            for name, r in run_parallel(jobs, int(t.get("heuristic_workers", 1))).items():
+                r = r[name]
+                # ten significant digits: a sampler's last-bit noise never reaches the file (or what reads it)
+                per[name] = {"default": r["default"][objective], "best": r["best"][objective],
+                             "gain": round(1 - r["best"][objective] / r["default"][objective], 6),
+                             "params": {k: float(f"{v:.10g}") if isinstance(v, float) else v for k, v in r["params"].items()}}
+                header = (f"# Written by the tune_heuristics stage: the best of {trials} Optuna trials on the validation "
+                          f"part of the training split ({objective} {per[name]['default']:.4g} -> {per[name]['best']:.4g}); "
+                          f"read by policies.machine.{name}.tuned.\n")
+                write_text(tmp / f"{name}.yaml", header + yaml.safe_dump({"params": per[name]["params"]}, sort_keys=True))
+    per = {name: per[name] for name in names}
     metrics = {"objective": objective, "trials": trials, "seed": settings.seed,
                "validation_fraction": settings.validation_fraction, "policies": per}
     write_json(run.metrics_dir / "tune_heuristics.json", metrics)

@@ -84,6 +84,9 @@ class TuneSettings:
 def _range(name: str, param: str, rng: Any) -> tuple[float, float, bool]:
     """(low, high, log) of one heuristic parameter's search range; a clear error otherwise."""
     if isinstance(rng, dict):
+        if set(rng) - {"low", "high", "log", "int"}:
+            raise HybridschedError(f"tune.spaces.{name}.{param}: unknown key(s) {sorted(set(rng) - {'low', 'high', 'log', 'int'})} "
+                                   f"in {rng!r}")
         low, high, log = rng.get("low"), rng.get("high"), bool(rng.get("log", False))
     elif isinstance(rng, list | tuple) and len(rng) == 2:
         (low, high), log = rng, False
@@ -127,7 +130,10 @@ def suggest(trial: Any, target: str, cfg: dict[str, Any], spaces: dict[str, dict
                 params[param] = trial.suggest_categorical(param, opts)
                 continue
             low, high, log = _range(target, param, rng)
-            params[param] = trial.suggest_float(param, low, high, log=log)
+            if isinstance(rng, dict) and rng.get("int"):  # a count, e.g. rollout_late's candidates
+                params[param] = trial.suggest_int(param, int(low), int(high), log=log)
+            else:
+                params[param] = trial.suggest_float(param, low, high, log=log)
         return {"policies": {"machine": {target: params}}}
     if target == "hybrid_ml":
         kind = cfg["rf"].get("model", "random_forest")
@@ -153,14 +159,19 @@ def suggest(trial: Any, target: str, cfg: dict[str, Any], spaces: dict[str, dict
 
 def defaults_of(target: str, cfg: dict[str, Any], spaces: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The untuned values of the search space's parameters (enqueued as trial 0)."""
+    from hybridsched.kinds.base import class_defaults
+
     if spaces and target in spaces:
         pol = _policy_node(cfg, target)
         out: dict[str, Any] = {}
         for k, rng in spaces[target].items():
             opts = _choices(target, k, rng)
             if opts is None:
-                if k in pol:
-                    out[k] = float(pol[k])
+                # the YAML's value, else the class's default where it lies in the range
+                value = pol.get(k, class_defaults(pol.get("_target_")).get(k))
+                low, high, _ = _range(target, k, rng)
+                if isinstance(value, int | float) and (k in pol or low <= value <= high):
+                    out[k] = int(value) if isinstance(rng, dict) and rng.get("int") else float(value)
             else:  # a setting the YAML leaves out: trial 0 takes the first option (the untuned one)
                 value = pol.get(k, opts[0])
                 if value not in opts:
@@ -213,10 +224,11 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
     target, one not in TARGETS, is built from ``policies.<target>`` and only simulated)."""
     real = cluster.sample_noise(len(val), np.random.default_rng(seed))
     if target not in TARGETS:
-        from hybridsched.kinds.base import instantiate, without_tuned
+        from hybridsched.kinds.base import TUNED_KEY, instantiate
 
-        # the trial's own values, never an earlier study's (the node's ``tuned`` file)
-        policy = instantiate(without_tuned(_policy_node(cfg, target)))
+        # the trial's own values, never an earlier study's (the node's ``tuned`` file); a nested
+        # policy (rollout_late's base) keeps its tuned values
+        policy = instantiate({k: v for k, v in _policy_node(cfg, target).items() if k != TUNED_KEY})
     elif target == "hybrid_ml":
         from hybridsched.kinds.machine.runtime_model import train_runtime_model
         from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
