@@ -67,6 +67,8 @@ _READS_OFF_LIMITS = {"on": False}
 def _refuse_workspace_reads(event: str, args: tuple) -> None:
     if event != "open" or not _READS_OFF_LIMITS["on"] or not isinstance(args[0], (str, os.PathLike)):
         return
+    if not os.path.isabs(args[0]) and os.sep not in os.fspath(args[0]):
+        return  # a bare name is opened relative to a directory fd (shutil.rmtree's walk), not the cwd
     path = Path(os.path.abspath(args[0]))
     root = Path(__file__).resolve().parents[1]
     if any(path.is_relative_to(root / top) for top in ("data", "models")):

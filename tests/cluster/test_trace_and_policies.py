@@ -335,10 +335,13 @@ def test_pipeline_functions_on_a_slice_of_the_real_trace(tmp_path):
                 "dqn": NodeDQN(model_dir=str(tmp_path / "dqn"))}
     traces = pipeline.run_policies(train, test, cluster, policies)
     bound = lower_bound(run_inputs(test, cluster), cluster)
+    from hybridsched.evaluation import dispatch_mode
     from hybridsched.kinds.cluster.stages import _table
 
-    table = _table(traces, test, nodes, cluster.power, {"makespan": bound.makespan, "mean_latency": bound.mean_latency})
-    assert set(table.index) == set(policies)
+    modes = {name: dispatch_mode(p) for name, p in policies.items()}
+    table = _table(traces, test, nodes, cluster.power, {"makespan": bound.makespan, "mean_latency": bound.mean_latency},
+                   modes)
+    assert set(table.index) == set(policies) and (table["dispatch"] == "arrival").all()
     assert (table["mean_latency_vs_bound"] >= 1 - 1e-9).all() and (table["makespan_vs_bound"] >= 1 - 1e-9).all()
     assert table.loc["oracle", "mean_latency"] <= table["mean_latency"].min() + 1e-6 or \
         table.loc["oracle", "mean_latency"] < table.loc["round_robin", "mean_latency"]

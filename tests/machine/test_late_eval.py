@@ -148,12 +148,13 @@ def test_tune_entry_point_tunes_the_late_heuristics_with_a_space(tmp_path, monke
     # eft_late_plain & co. have no weights), its reserved order among the searched settings
     _main(monkeypatch, "--tune", "2", "--out", str(tmp_path / "t"), "--", "workload.n_train=300", "workload.n_test=50")
     tuned = json.loads((tmp_path / "t" / "tuned.json").read_text())
-    assert set(tuned) == {"spt_late", "wspt_late", "eft_late", "eft_late_hold", "heft_late"}
+    assert set(tuned) == {"spt_late", "wspt_late", "eft_late", "eft_late_hold", "heft_late", "rollout_late"}
     for r in tuned.values():
         assert r["best"]["mean_latency"] <= r["default"]["mean_latency"]
     for name in ("spt_late", "wspt_late", "eft_late", "heft_late"):
         assert tuned[name]["params"]["reserved_order"] in ("fifo", "spt", "rank")
     assert set(tuned["eft_late_hold"]["params"]) == {"queue_slack"}
+    assert set(tuned["rollout_late"]["params"]) == {"candidates", "shares"}
 
 
 def test_tune_entry_point_takes_named_heuristics_and_refuses_one_without_a_space(tmp_path, monkeypatch):

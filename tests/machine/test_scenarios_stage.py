@@ -66,7 +66,9 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     late = table[table["policy"].isin(["spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain",
                                        "eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late", "cem_late",
                                        "dqn_late", "pg_late"])]
-    assert (late["dispatch"] == "late").all() and (table.loc[~table.index.isin(late.index), "dispatch"] == "arrival").all()
+    ordered = table["policy"].isin(["eft_spt", "eft_rank_spt", "dmda_wspt"])
+    assert (late["dispatch"] == "late").all() and (table.loc[ordered, "dispatch"] == "ordered").all()
+    assert (table.loc[~table.index.isin(late.index) & ~ordered, "dispatch"] == "arrival").all()
     # the LP bound was solved and holds for every policy of both modes
     assert table["bound_lp"].notna().all() and (table["mean_latency"] >= table["bound"] - 1e-9).all()
     assert m["n_scenarios"] == 6  # the sweep's loads are not scenarios of the target

@@ -36,10 +36,11 @@ def test_a_categorical_setting_is_searched_and_trial_0_keeps_the_untuned_option(
     late = {"_target_": "hybridsched.kinds.machine.policies.late.EFTLate", "fraction_step": 0.1}
     space = {"eft_late": {"aging": [0.0, 2.0], "reserved_order": {"choices": ["fifo", "spt", "rank"]}}}
     cfg = {"policies": {"machine": {"eft_late": late}}}
-    # the YAML leaves the order out: trial 0 takes the first option (the untuned one); set, it is kept
-    assert defaults_of("eft_late", cfg, space) == {"reserved_order": "fifo"}
+    # the YAML leaves both out: trial 0 takes the class's default where it lies in the space (aging 0)
+    # and the first option (the untuned one); set in the YAML, a value is kept
+    assert defaults_of("eft_late", cfg, space) == {"aging": 0.0, "reserved_order": "fifo"}
     assert defaults_of("eft_late", {"policies": {"machine": {"eft_late": {**late, "reserved_order": "rank"}}}},
-                       space) == {"reserved_order": "rank"}
+                       space) == {"aging": 0.0, "reserved_order": "rank"}
     with pytest.raises(HybridschedError, match=r"tune.spaces.eft_late.reserved_order: the policy's reserved_order "
                                                r"'lifo' is not one of the choices \['fifo', 'spt', 'rank'\]"):
         defaults_of("eft_late", {"policies": {"machine": {"eft_late": {**late, "reserved_order": "lifo"}}}}, space)
@@ -60,7 +61,8 @@ def test_a_categorical_setting_is_searched_and_trial_0_keeps_the_untuned_option(
     ({"choices": []}, "choices must be a non-empty list of distinct names"),
     ({"choices": ["fifo", "fifo"]}, "choices must be a non-empty list of distinct names"),
     ({"choices": ["fifo"], "low": 0}, "(and nothing else)"),
-    ({"choice": ["fifo"]}, "low and high must be numbers"),
+    ({"choice": ["fifo"]}, "unknown key(s) ['choice']"),
+    ({"low": "a", "high": 2}, "low and high must be numbers"),
 ])
 def test_a_bad_choices_entry_is_one_line(entry, line):
     with pytest.raises(HybridschedError, match=r"tune.spaces.eft_late.reserved_order: .*" + __import__("re").escape(line)):
