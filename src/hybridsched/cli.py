@@ -2,7 +2,7 @@
 
 - ``hybridsched serve [--port N] [--host H] [OVERRIDE ...]``: the live service under uvicorn
   (Hydra overrides such as ``service.speed=100 workload=dag``); SIGINT/SIGTERM stop the race
-  and commit everything before exit.
+  and commit everything before exit (status 0 after a clean SIGTERM shutdown).
 - ``hybridsched export-run --run ID --out DIR``: a run's results as per-policy traces (the
   simulate stage's layout), for ``evaluate`` and the plots.
 - ``hybridsched openapi --out docs/api.md``: the API reference from the app's OpenAPI schema.
@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from hybridsched.errors import HybridschedError
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from hybridsched.service.app import create_app
+    from hybridsched.service.app import create_app, server_options
     from hybridsched.service.engine import Race
     from hybridsched.service.persistence import Store
     from hybridsched.service.settings import check_policies, leave_out_missing_models, load_settings
@@ -36,11 +41,20 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     print(f"hybridsched: serving on http://{settings.host}:{settings.port}/ (database "
           f"{app.state.svc.store._safe_url()})", flush=True)
-    # ws_per_message_deflate off: every client's deflate context compressed the same update again
-    # (50 clients: ~15 % of the event loop's time in the live race, issue 23), on the thread that
-    # answers the REST calls; the updates are a few kB of JSON at <= 10 per second
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, ws="websockets-sansio",
-                ws_per_message_deflate=False, timeout_graceful_shutdown=10)
+    # uvicorn shuts down gracefully on SIGTERM, puts the previous handler back and raises the
+    # signal again: this handler turns it into a normal exit (status 0 once all is committed),
+    # and ends the process the same way if SIGTERM comes before uvicorn has taken over
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, **server_options())
+    except SystemExit as e:
+        if e.code not in (0, None):  # uvicorn's own failures keep their status
+            raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    writer = app.state.svc.race.writer
+    if writer is not None and writer.error is not None:
+        raise HybridschedError(f"the last results could not be committed: {writer.error}")
     return 0
 
 

@@ -25,11 +25,18 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def base_settings() -> ServiceSettings:
-    """The composed config once per session (Hydra is slow to compose)."""
-    for var in ("HYBRIDSCHED_TOKEN", "HYBRIDSCHED_DATABASE_URL", "REDIS_URL", "HYBRIDSCHED_CORS_ORIGINS"):
+def base_settings(tmp_path_factory) -> ServiceSettings:
+    """The composed config once per test run (Hydra is slow to compose). Its models and tuned
+    weights are looked for under a temp dir (the learned models missing, the heuristics
+    untuned), never in the checkout's models/: /api/config reads them."""
+    from tests.runs import untuned_override
+
+    for var in ("HYBRIDSCHED_TOKEN", "HYBRIDSCHED_DATABASE_URL", "REDIS_URL", "HYBRIDSCHED_CORS_ORIGINS",
+                "HYBRIDSCHED_TRUSTED_PROXIES"):
         os.environ.pop(var, None)
-    return load_settings([])
+    none = tmp_path_factory.mktemp("no-models")
+    return load_settings([untuned_override(), f"train_late.model_dir={none / 'late'}",
+                          *(f"{m}.model_dir={none / m}" for m in ("rf", "dqn", "cem"))])
 
 
 @pytest.fixture
@@ -75,9 +82,12 @@ class ThreadServer:
     def __init__(self, app) -> None:  # noqa: ANN001
         import uvicorn
 
+        from hybridsched.service.app import server_options
+
         self.port = free_port()
+        # the options `hybridsched serve` uses (uvicorn's own forwarded-header handling off, ...)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    ws="websockets-sansio"))
+                                                    **server_options()))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
@@ -106,7 +116,7 @@ def thread_server():
 # --- PostgreSQL ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def postgresql_url(postgres_server: int) -> str:  # noqa: F811
-    """An empty database ``hybridsched_test`` on the session's throw-away PostgreSQL server
+    """An empty database ``hybridsched_test`` on the test run's throw-away PostgreSQL server
     (tests/pg_fixture.py: started as the ``postgres`` user, waited for, stopped at the end)."""
     return create_database(postgres_server, "hybridsched_test")
 

@@ -40,6 +40,8 @@ def test_dashboard_draws_every_chart_and_pause_works(browser, learned_settings, 
         page = browser.new_page(viewport={"width": 1280, "height": 1500})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
+        # anything the page's Content-Security-Policy blocks is an error too
+        page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
         page.goto(srv.url + "/")
         page.fill("#token", "secret-token")
         page.dispatch_event("#token", "change")

@@ -153,10 +153,11 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     @router.delete("/history", dependencies=guard, tags=["history"], responses=_codes(*GUARDED, 409))
     @limiter.limit(limit)
     async def delete_history(request: Request) -> dict[str, Any]:
-        """Delete the stored history (409 while a run is running or paused: stop it first)."""
-        if race.state in ("running", "paused"):
-            raise HTTPException(409, f"run {race.run_id} is {race.state}; stop it before deleting the history")
-        n = await asyncio.to_thread(store.delete_history)
+        """Delete the stored history (409 while a run is running or paused: stop it first).
+        Afterwards the race is idle: no deleted run is shown or resumable."""
+        n = await call(race.delete_history)
+        if cache is not None:  # the cached status would still show the deleted run
+            await asyncio.to_thread(cache.put_status, race.status())
         return {"deleted_runs": n}
 
     @router.get("/health", tags=["operations"])
@@ -189,11 +190,15 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
 
     @router.get("/config", tags=["operations"])
     async def config() -> dict[str, Any]:
-        """What a client may choose: policies and workloads; the defaults in use."""
+        """What a client may choose: the policies a run can race (arrival mode, model and tuned
+        weights present) and workloads; the defaults in use. ``not_raceable`` names every other
+        configured policy with the reason (a start naming one is 422); ``left_out``, the default
+        policies left out at start-up because their model is missing."""
         s = app_state.settings
         workloads = await asyncio.to_thread(s.workloads)  # composed on first use
-        return {"policies": sorted(s.machine.get("policies", {})), "workloads": sorted(workloads),
-                "default_policies": s.policies, "speed": race.speed, "n_devices": race.cluster.n_devices,
-                "left_out": s.left_out}  # configured policies left out: their model is missing
+        not_raceable = await asyncio.to_thread(race.not_raceable)
+        return {"policies": sorted(p for p in s.machine.get("policies", {}) if p not in not_raceable),
+                "workloads": sorted(workloads), "default_policies": s.policies, "speed": race.speed,
+                "n_devices": race.cluster.n_devices, "not_raceable": not_raceable, "left_out": s.left_out}
 
     return router

@@ -9,6 +9,7 @@ import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from fastapi import FastAPI, WebSocket
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +21,18 @@ from hybridsched.service.settings import ServiceSettings
 STATIC = Path(__file__).with_name("static")
 
 
+def server_options() -> dict[str, Any]:
+    """The ``uvicorn.Config`` options the app is served with (``hybridsched serve``; the tests'
+    servers use them too)."""
+    # ws_per_message_deflate off: every client's deflate context compressed the same update again
+    # (50 clients: ~15 % of the event loop's time in the live race), on the thread that answers
+    # the REST calls; the updates are a few kB of JSON at <= 10 per second.
+    # proxy_headers off: uvicorn's own handling believes X-Forwarded-For from any local peer; the
+    # app believes it only from service.trusted_proxies (create_app)
+    return {"ws": "websockets-sansio", "ws_per_message_deflate": False, "timeout_graceful_shutdown": 10,
+            "proxy_headers": False}
+
+
 def create_app(settings: ServiceSettings) -> FastAPI:
     """A ready app: migrations applied, runs left running by a dead process marked
     'interrupted', the race idle (or started when ``settings.autostart``)."""
@@ -29,7 +42,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     from hybridsched.service.engine import Race
     from hybridsched.service.metrics import ServiceMetrics
     from hybridsched.service.persistence import Store
-    from hybridsched.service.security import BodyLimit, make_limiter, require_token, retry_after
+    from hybridsched.service.security import (AuthFirst, BodyLimit, HeadAsGet, SecurityHeaders, make_limiter,
+                                              origin_allowed, require_token, retry_after, token_check)
     from hybridsched.service.settings import check_policies
     from hybridsched.service.ws import Hub
 
@@ -92,18 +106,33 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     app.add_exception_handler(RateLimitExceeded, rate_limited)
     app.add_exception_handler(RequestValidationError, invalid)
-    if settings.cors_origins:  # closed unless configured
+    # middleware, innermost first: the body limit counts what is read; the token is checked
+    # before anything reads a body; HEAD is answered as GET; CORS (closed unless configured);
+    # forwarded headers believed from the configured proxies only; security headers on every answer
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AuthFirst, check=token_check(settings.token, state.limiter, settings.auth_fail_limit))
+    app.add_middleware(HeadAsGet)
+    if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.trusted_proxies:
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
+    app.add_middleware(SecurityHeaders)
     app.include_router(build_router(state, require_token(settings.token, state.limiter, settings.auth_fail_limit),
                                     settings.rate_limit))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
-        """Live events: simulation_update and notification (read-only: no token needed)."""
+        """Live events: simulation_update and notification (read-only: no token needed). A browser
+        page of another site may not connect (its Origin is not this Host, nor in cors_origins)."""
+        if not origin_allowed(websocket.headers.get("origin"), websocket.headers.get("host"),
+                              settings.cors_origins):
+            await websocket.close(code=1008)  # before accept: the handshake is answered 403
+            return
         await hub.serve(websocket)
 
     @app.get("/", include_in_schema=False)

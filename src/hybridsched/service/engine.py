@@ -1,5 +1,5 @@
 """The continuous race: one task stream, every selected policy deciding each task on its own
-simulated cluster, run by the machine kind's engine (``kinds.machine.engine.Session``; no
+simulated cluster, run by the machine kind's engine (the ``Session`` class of ``kinds.machine.engine``; no
 placement logic here).
 
 The stream comes in segments (``stream.py``).  Each segment is simulated for every lane with
@@ -44,13 +44,53 @@ class InvalidRequest(HybridschedError):
     """A start request that names something that does not exist (the API answers 422)."""
 
 
+def _mode_refusal(name: str, spec: dict[str, Any]) -> str | None:
+    """Why the live engine cannot run the policy's dispatch mode, or None for an arrival-mode
+    policy. The mode is its class's, so this reads no model or tuned file."""
+    from hybridsched.evaluation import dispatch_mode  # pandas: imported when a policy is asked about
+
+    mode = dispatch_mode(target_class(spec))
+    if mode == "arrival":
+        return None
+    return (f"the live service runs arrival-mode policies with FIFO device queues only ({name} dispatches in {mode} mode; "
+            f"simulate it with `python -m stages.simulate policy={name}`)")
+
+
+def _files_of(spec: Any, key: str) -> list[str]:
+    """Every ``key`` value (``model_dir``, ``tuned``) of a spec, nested specs included."""
+    if isinstance(spec, list):
+        return [f for v in spec for f in _files_of(v, key)]
+    if not isinstance(spec, dict):
+        return []
+    own = [str(spec[key])] if spec.get(key) else []
+    return own + [f for k, v in spec.items() if k != key for f in _files_of(v, key)]
+
+
+def why_not_raceable(name: str, spec: dict[str, Any]) -> str | None:
+    """One line saying why the live race cannot run ``name`` (its dispatch mode; a model or a
+    tuned-weights file that is missing), or None when it can. Cheap: the class is imported,
+    model metadata and tuned files are read, nothing is built."""
+    from hybridsched.io import read_model_meta
+    from hybridsched.kinds.base import with_tuned
+
+    try:
+        refusal = _mode_refusal(name, spec)
+        if refusal is not None:
+            return refusal
+        for model_dir in _files_of(spec, "model_dir"):
+            read_model_meta(Path(model_dir) / "meta.json", "`make repro`")
+        with_tuned(spec)
+    except HybridschedError as e:  # ModelFileError included
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
 def build_policy(name: str, spec: dict[str, Any]):  # -> Policy
     """The policy of a config spec, named as in the race: an arrival-mode policy with FIFO
-    device queues, the only sort the live engine (``engine.Session``, carried device times) runs."""
-    # the mode is the class's, so it is refused before any model or tuned file is read
-    if getattr(target_class(spec), "dispatch", "arrival") != "arrival":
-        raise HybridschedError(f"policy {name}: the live service runs arrival-mode policies with FIFO device "
-                               f"queues only; simulate it with `python -m stages.simulate policy={name}`")
+    device queues, the only sort the live engine (its ``Session`` class, carried device times) runs."""
+    refusal = _mode_refusal(name, spec)  # before any model or tuned file is read
+    if refusal is not None:
+        raise HybridschedError(f"policy {name}: {refusal}")
     policy = instantiate(spec)
     policy.name = name
     return policy
@@ -213,6 +253,13 @@ class Race:
         for name in names:
             Lane(name, self._spec(name), self.cluster, self._compiled()).run(probe)
 
+    def not_raceable(self) -> dict[str, str]:
+        """Configured policies a run cannot race, each with the one-line reason (dispatch mode,
+        missing model or tuned file); read afresh, so a model made since counts."""
+        specs = self.settings.machine.get("policies", {})
+        out = {name: why_not_raceable(name, spec) for name, spec in sorted(specs.items())}
+        return {name: why for name, why in out.items() if why is not None}
+
     def start(self, workload: str | None = None, speed: float | None = None, policies: list[str] | None = None,
               seed: int | None = None, resume: bool = False) -> int:
         """Start a new run (or, with ``resume``, continue the latest stopped/interrupted one)."""
@@ -238,12 +285,15 @@ class Race:
                           "workload_file": self.settings.workload_file, "policies": names,
                           "seed": int(self.settings.seed if seed is None else seed),
                           "segment_tasks": self.settings.segment_tasks, "cluster": self.cluster.to_dict()}
-                run_id, start_at = self.store.create_run(config, self.speed if speed is None else float(speed)), 0
-                stats, sim_time = None, 0.0
+                run_id, start_at, stats, sim_time = None, 0, None, 0.0
+            # every lane is built before a new run's row exists: a policy that cannot be built
+            # leaves nothing behind
+            lanes = [Lane(n, self._spec(n), self.cluster, self._compiled()) for n in config["policies"]]
+            if run_id is None:
+                run_id = self.store.create_run(config, self.speed if speed is None else float(speed))
             if speed is not None:
                 self.speed = float(speed)
             self.policies = list(config["policies"])
-            lanes = [Lane(n, self._spec(n), self.cluster, self._compiled()) for n in self.policies]
             if start_at:
                 for lane in lanes:
                     lane.free_at = self.store.device_free_times(run_id, lane.name, self.cluster.n_devices)
@@ -269,6 +319,26 @@ class Race:
             self._thread.start()
             self._note({"kind": "run_started", "run_id": run_id, "resumed_at": start_at})
             return run_id
+
+    def delete_history(self) -> int:
+        """Delete every stored run (refused while one is running or paused) and forget the run
+        shown, so nothing deleted is offered for resuming; return the number of runs deleted."""
+        busy = "run {} is {}; stop it before deleting the history"
+        with self._lock:
+            if self.state in ("running", "paused"):
+                raise HybridschedError(busy.format(self.run_id, self.state))
+        # a run that just ended may still be committing its last batch (and takes the lock to
+        # report it): wait for it outside the lock
+        self._join()
+        with self._lock:
+            if self._thread is not None:  # a run was started meanwhile
+                raise HybridschedError(busy.format(self.run_id, self.state))
+            n = self.store.delete_history()
+            self.state, self.run_id, self.error, self.resumable = "idle", None, None, False
+            self.total, self._since_update, self.sim_time = 0, 0, 0.0
+            self.stats, self.policies = None, []
+            self._samples.clear()
+            return n
 
     def pause(self) -> None:
         self._transition({"running"}, "paused")
@@ -561,7 +631,9 @@ class Race:
         if dup:
             raise InvalidRequest(f"policies: {dup} given more than once (each policy races once)")
         for n in names:
-            self._spec(n)
+            why = why_not_raceable(n, self._spec(n))
+            if why is not None:
+                raise InvalidRequest(f"policies: {n!r} cannot race: {why}")
         if workload is not None:
             known = self.settings.workloads()
             if workload not in known:

@@ -12,13 +12,16 @@ def render(spec: dict[str, Any]) -> str:
              "Generated from the app's OpenAPI schema by `hybridsched openapi --out docs/api.md`; "
              "do not edit by hand. Interactive version: `/docs` on a running server.", "",
              "Endpoints marked **auth** need `Authorization: Bearer $HYBRIDSCHED_TOKEN` (401 without a token, "
-             "403 with a wrong one) and are rate limited per client address (`rate_limit`, 429). Wrong or "
+             "403 with a wrong one; checked before the request body is read) and are rate limited per client "
+             "address (`rate_limit`, 429; the address is the connection's peer unless it is one of "
+             "`trusted_proxies`). Wrong or "
              "missing tokens are counted too (`auth_fail_limit`): past it the address gets 429 for the rest of "
              "the window, whatever token it sends. Every 429 carries `Retry-After` (seconds).", "",
              "Bad input is 422 with one line naming the field (`detail`), before anything starts: JSON types "
              "are strict (`true` is not a speed, `\"1\"` is not a seed), unknown or repeated policy names and "
              "unknown workloads are 422, every integer is bounded (at most 2^31 - 1). A request body over "
-             "`max_body_bytes` (64 KiB) is refused with 413 before it is read.", ""]
+             "`max_body_bytes` (64 KiB) is refused with 413: by its Content-Length before it is read, else "
+             "as soon as the bytes received pass the limit. `HEAD` is answered wherever `GET` is.", ""]
     schemas = spec.get("components", {}).get("schemas", {})
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
@@ -53,5 +56,7 @@ def render(spec: dict[str, Any]) -> str:
               "`hello` (the status on connect), `simulation_update` (tasks decided since the last update, "
               "per-policy summary, utilisation per device, latency CDF, size × intensity heat-map, win/loss "
               "matrix) and `notification` (`events`: retrain, run_started, run_finished, error). A client "
-              "whose queue is full misses messages; one that stays full for `stall_drop_s` is disconnected.", ""]
+              "whose queue is full misses messages; one that stays full for `stall_drop_s` is disconnected. A browser "
+              "page from another origin (its `Origin` is neither this `Host` nor one of `cors_origins`) is "
+              "refused (close code 1008, HTTP 403).", ""]
     return "\n".join(lines)

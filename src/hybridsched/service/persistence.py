@@ -28,7 +28,7 @@ TRACE_COLUMNS = ("task_id", "policy", "arrival", "ready", "gpu", "fraction", "cp
 def _nullable(a: np.ndarray) -> list:
     """Floats as Python values with NaN -> None (SQLite has no NaN; NULL means 'did not run').
     Vectorised (an object array with None where NaN): half the writer thread's time, and GIL, of
-    a per-value Python test (issue 23)."""
+    a per-value Python test."""
     o = a.astype(object)
     o[np.isnan(a)] = None
     return o.tolist()

@@ -6,6 +6,8 @@ URLs (environment beats config):
 - ``HYBRIDSCHED_DATABASE_URL``: SQLAlchemy URL (SQLite file by default, or PostgreSQL)
 - ``REDIS_URL``: optional Redis for the rate-limit counters and the status cache
 - ``HYBRIDSCHED_CORS_ORIGINS``: comma-separated origins allowed by CORS (closed when empty)
+- ``HYBRIDSCHED_TRUSTED_PROXIES``: comma-separated proxy addresses/networks whose forwarded
+  headers are believed (none by default)
 
 Any other field can be set as ``HYBRIDSCHED_<FIELD>`` too (e.g. ``HYBRIDSCHED_SPEED``).
 """
@@ -18,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from hybridsched.errors import HybridschedError
@@ -40,6 +42,9 @@ class ServiceSettings(BaseSettings):
     database_url: str = "sqlite:///var/service.db"
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "HYBRIDSCHED_REDIS_URL", "redis_url"))
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # addresses or networks of reverse proxies whose X-Forwarded-For/-Proto name the client;
+    # empty: the socket's peer is the client, whatever the headers say
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     policies: list[str] = Field(default_factory=lambda: ["round_robin", "greedy", "eft"])
     speed: float = Field(20.0, ge=0.0)
     workload: str | None = None
@@ -66,12 +71,27 @@ class ServiceSettings(BaseSettings):
     # configured policies left out of the race because their model is missing: name -> why
     left_out: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "trusted_proxies", mode="before")
     @classmethod
-    def _split_origins(cls, v: Any) -> Any:
+    def _split_commas(cls, v: Any) -> Any:
         if isinstance(v, str):
             return [o.strip() for o in v.split(",") if o.strip()]
         return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        """Each entry an IP address or network (``10.0.0.0/8``), written canonically."""
+        import ipaddress
+
+        out = []
+        for entry in v:
+            try:
+                out.append(str(ipaddress.ip_network(entry, strict=False)) if "/" in entry
+                           else str(ipaddress.ip_address(entry)))
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/8)") from None
+        return out
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
@@ -212,7 +232,10 @@ def load_settings(overrides: list[str] | None = None, **fields: Any) -> ServiceS
     environment, and explicit ``fields`` (e.g. the CLI's --port), in increasing priority."""
     cfg = compose(overrides)
     base = {**cfg["service"], **{k: v for k, v in fields.items() if v is not None}}
-    settings = ServiceSettings(**base, machine=machine_section(cfg))
+    try:
+        settings = ServiceSettings(**base, machine=machine_section(cfg))
+    except ValidationError as e:
+        raise HybridschedError(settings_error(e)) from None
     for k, v in fields.items():  # the command line beats the environment too
         if v is not None:
             setattr(settings, k, v)
@@ -220,6 +243,16 @@ def load_settings(overrides: list[str] | None = None, **fields: Any) -> ServiceS
     if settings.workload_file:
         settings.workload_file = anchored(settings.workload_file)
     return settings
+
+
+def settings_error(err: ValidationError) -> str:
+    """A settings validation error as one line naming the setting (``service.<field>``, or its
+    ``HYBRIDSCHED_<FIELD>`` variable) and the value given."""
+    first = err.errors()[0]
+    field = ".".join(str(x) for x in first.get("loc", ())) or "service"
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    return (f"service.{field} (or HYBRIDSCHED_{field.split('.')[0].upper()}): {msg}; "
+            f"got {first.get('input')!r}")
 
 
 def leave_out_missing_models(settings: ServiceSettings, check: Any, explicit: bool) -> None:
