@@ -19,6 +19,9 @@ export ONEDNN_MAX_CPU_ISA := AVX2
 # numpy's own SIMD kernels (np.exp, np.log, ...) differ in the last bit between AVX2 and AVX-512:
 # keep numpy on its AVX2 paths so a seed's workload is the same bytes on every x86-64 machine
 export NPY_DISABLE_CPU_FEATURES := X86_V4 AVX512_ICL AVX512_SPR
+# mkdocs-gen-files and Material each print a banner about MkDocs 2 on every docs build
+export DISABLE_MKDOCS_2_WARNING := true
+export NO_MKDOCS_2_WARNING := 1
 # dvc.yaml runs `python -m stages.<name>`: that python must be the venv's
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 SHELL := /bin/bash

@@ -5,7 +5,8 @@
   and commit everything before exit (status 0 after a clean SIGTERM shutdown).
 - ``hybridsched export-run --run ID --out DIR``: a run's results as per-policy traces (the
   simulate stage's layout), for ``evaluate`` and the plots.
-- ``hybridsched openapi --out docs/api.md``: the API reference from the app's OpenAPI schema.
+- ``hybridsched openapi --out FILE``: the API reference (markdown) from the app's OpenAPI schema;
+  the docs site generates the same page when it is built.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ def _openapi(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hybridsched`` console script."""
+    if argv is None:  # the console script, not a caller in a running process
+        from hybridsched.reproducible import pin
+
+        pin()  # before numpy or torch loads: the same kernels as the pipeline's stages
     p = argparse.ArgumentParser(prog="hybridsched")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the live service (uvicorn)")
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("overrides", nargs="*")
     e.set_defaults(fn=_export)
     o = sub.add_parser("openapi", help="write the API reference (markdown) from the OpenAPI schema")
-    o.add_argument("--out", default="docs/api.md")
+    o.add_argument("--out", required=True)
     o.set_defaults(fn=_openapi)
     args = p.parse_args(argv)
     try:

@@ -62,7 +62,7 @@ class Num:
     integer: bool = False
     null: bool = False
 
-    def describe(self) -> str:
+    def describe(self, cfg: Config | None = None) -> str:
         parts = [f">= {self.ge:g}" if self.ge is not None else "", f"> {self.gt:g}" if self.gt is not None else "",
                  f"<= {self.le:g}" if self.le is not None else "", f"< {self.lt:g}" if self.lt is not None else ""]
         lo, hi = [p for p in parts[:2] if p], [p for p in parts[2:] if p]
@@ -97,6 +97,9 @@ class Pair:
 
     item: Num
 
+    def describe(self, cfg: Config | None = None) -> str:
+        return f"a [low, high] pair, low <= high, each {self.item.describe()}"
+
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if not isinstance(value, list) or len(value) != 2:
             raise HybridschedError(f"{key}: must be a [low, high] pair of {self.item.describe().replace('a number', 'numbers').replace('an integer', 'integers')}, got {show(value)}")
@@ -115,6 +118,10 @@ class Nums:
     min_len: int = 1
     null: bool = False
 
+    def describe(self, cfg: Config | None = None) -> str:
+        return (f"{_list_of(self.min_len)} numbers, each {self.item.describe()}"
+                + ("; or null" if self.null else ""))
+
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if value is None and self.null:
             return
@@ -132,6 +139,9 @@ class Choice:
     options: tuple[Any, ...]
     null: bool = False
 
+    def describe(self, cfg: Config | None = None) -> str:
+        return "one of " + ", ".join(map(str, self.options)) + (" or null" if self.null else "")
+
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if (value is None and self.null) or (value is not None and not isinstance(value, bool) and value in self.options):
             return
@@ -141,6 +151,9 @@ class Choice:
 @dataclass(frozen=True)
 class Bool:
     """true or false."""
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return "true or false"
 
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if not isinstance(value, bool):
@@ -152,6 +165,9 @@ class Text:
     """A non-empty string (a path, a name, a ``_target_``); ``null`` allows None."""
 
     null: bool = False
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return "a non-empty string" + (" or null" if self.null else "")
 
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if value is None and self.null:
@@ -168,6 +184,14 @@ class Names:
     what: str = "name"
     min_len: int = 1
     null: bool = False
+
+    def describe(self, cfg: Config | None = None) -> str:
+        """The rule as a phrase; with ``cfg``, the known names too (when they are few)."""
+        known = self.known(cfg) if self.known is not None and cfg is not None else None
+        among = f" from {', '.join(known)}" if known and len(known) <= 8 else ""
+        plural = self.what + ("es" if self.what.endswith(("s", "x", "ch")) else "s")
+        return (f"{_list_of(self.min_len)} {plural}{among}, none twice"
+                + ("; or null" if self.null else ""))
 
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if value is None and self.null:
@@ -190,6 +214,9 @@ class Shares:
 
     known: Callable[[Config], list[str]]
     what: str
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return f"a {{{self.what}: share}} mapping, shares >= 0 that sum to 1"
 
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if not isinstance(value, dict) or not value:
@@ -214,6 +241,10 @@ class ByKind:
     rules: tuple[tuple[str, Rule], ...]
     default: Rule
 
+    def describe(self, cfg: Config | None = None) -> str:
+        return "; ".join([*(f"{kind} kind: {describe(rule, cfg)}" for kind, rule in self.rules),
+                          f"other kinds: {describe(self.default, cfg)}"])
+
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         kind = str((cfg.get("workload") or {}).get("kind"))
         dict(self.rules).get(kind, self.default)(key, value, cfg)
@@ -231,6 +262,33 @@ def _keys(*path: str) -> Callable[[Config], list[str]]:
         return list(node or [])
 
     return known
+
+
+def _list_of(min_len: int) -> str:
+    """``a list of``, as :meth:`Nums.describe` and :meth:`Names.describe` say it."""
+    return {0: "a list (maybe empty) of", 1: "a non-empty list of"}.get(min_len, f"a list of at least {min_len}")
+
+
+def _real_mix(key: str, value: Any, cfg: Config) -> None:
+    """``serving.real.mix``: null (the workload's mix) or a mix like ``workload.mix``."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise HybridschedError(f"{key}: must be null or a mix like workload.mix, got {show(value)}")
+    for part, shares in value.items():
+        rule = SCHEMA.get(f"workload.mix.{part}")
+        if rule is None:
+            raise HybridschedError(f"{key}.{part}: unknown setting (no stage reads it); known here: backends, classes, models, precisions")
+        rule(f"{key}.{part}", shares, cfg)
+
+
+def describe(rule: Rule, cfg: Config | None = None) -> str:
+    """A rule as a short phrase (``an integer >= 1``, ``one of csv, parquet or null``): its
+    ``describe``, else the first line of a rule function's docstring after its ``key:``."""
+    if hasattr(rule, "describe"):
+        return rule.describe(cfg)
+    doc = (getattr(rule, "__doc__", None) or "").strip().split("\n\n")[0]
+    return " ".join(doc.split(": ", 1)[-1].split()).rstrip(".") or "checked by its own function"
 
 
 # shorthands for the table
@@ -479,7 +537,7 @@ SCHEMA: dict[str, Rule] = {
     "load_sweep.seed": SEED,
     "load_sweep.out": PATH,
     "load_sweep.policies": Names(_policies("machine"), "machine policy name", null=True),
-    # scenarios (issue 22's report, stages/scenarios.py); scenarios.workloads.<name>.* take
+    # scenarios (the per-scenario report, stages/scenarios.py); scenarios.workloads.<name>.* take
     # workload.*'s rules (rule_for)
     "scenarios.heuristics": Names(_policies("machine"), "machine policy name"),
     "scenarios.learned": Names(_policies("machine"), "machine policy name", min_len=0),
@@ -546,7 +604,7 @@ SCHEMA: dict[str, Rule] = {
     "serving.real.rate": POS,
     "serving.real.lanes": POS_INT,
     "serving.real.policies": Names(_policies("serving"), "serving policy name"),
-    "serving.real.mix": lambda key, value, cfg: _real_mix(key, value, cfg),
+    "serving.real.mix": _real_mix,
     # fgd: the FGD paper's fragmentation experiment (stages/fgd_atc23.py)
     "fgd.rules": Choice(("k8s_simulator", "exact")),
     "fgd.k8s_policies.*": Choice(("RandomScore", "DotProductScore", "GpuClusteringScore", "GpuPackingScore",
@@ -650,19 +708,6 @@ DQN_COMMON: dict[str, Rule] = {
 }
 SCHEMA.update({f"{prefix}.{k}": r for prefix in ("dqn", "nodes.dqn", "serving.dqn") for k, r in DQN_COMMON.items()})
 SCHEMA["serving.dqn.model_dir"] = PATH
-
-def _real_mix(key: str, value: Any, cfg: Config) -> None:
-    """``serving.real.mix``: null (the workload's mix) or a mix like ``workload.mix``."""
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        raise HybridschedError(f"{key}: must be null or a mix like workload.mix, got {show(value)}")
-    for part, shares in value.items():
-        rule = SCHEMA.get(f"workload.mix.{part}")
-        if rule is None:
-            raise HybridschedError(f"{key}.{part}: unknown setting (no stage reads it); known here: backends, classes, models, precisions")
-        rule(f"{key}.{part}", shares, cfg)
-
 
 # Dict-valued settings checked whole by their rule (not walked key by key).
 WHOLE = (*(k for k, r in SCHEMA.items() if isinstance(r, Shares)), "serving.real.mix")

@@ -9,7 +9,7 @@ from typing import Any
 def render(spec: dict[str, Any]) -> str:
     """One section per endpoint: method, path, summary, auth, parameters, request body, responses."""
     lines = [f"# {spec['info']['title']} — API reference", "",
-             "Generated from the app's OpenAPI schema by `hybridsched openapi --out docs/api.md`; "
+             "Generated from the app's OpenAPI schema (`hybridsched openapi --out FILE`); "
              "do not edit by hand. Interactive version: `/docs` on a running server.", "",
              "Endpoints marked **auth** need `Authorization: Bearer $HYBRIDSCHED_TOKEN` (401 without a token, "
              "403 with a wrong one; checked before the request body is read) and are rate limited per client "
