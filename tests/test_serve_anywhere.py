@@ -14,7 +14,7 @@ import pytest
 
 from hybridsched.errors import HybridschedError
 from hybridsched.service.settings import ROOT, anchored_url, leave_out_missing_models, load_settings
-from tests.service.conftest import free_port, wait_for
+from tests.service.conftest import free_port, serve
 
 
 def test_paths_are_the_project_roots_from_any_directory(tmp_path, monkeypatch):
@@ -77,22 +77,12 @@ def test_serve_started_from_another_directory(tmp_path):
     env = {**os.environ, "HYBRIDSCHED_TOKEN": "t", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     env.pop("HYBRIDSCHED_POLICIES", None)
     empty = tmp_path / "nomodels"
-    cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), "--log-level", "warning",
-           f"service.database_url=sqlite:///{tmp_path / 's.db'}", f"rf.model_dir={empty / 'rf'}",
-           f"dqn.model_dir={empty / 'dqn'}", f"cem.model_dir={empty / 'cem'}"]
     log = tmp_path / "server.log"
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = serve(["--log-level", "warning", f"service.database_url=sqlite:///{tmp_path / 's.db'}",
+                  f"rf.model_dir={empty / 'rf'}", f"dqn.model_dir={empty / 'dqn'}", f"cem.model_dir={empty / 'cem'}"],
+                 port=port, cwd=tmp_path, env=env, log=log, step=0.5)
     base = f"http://127.0.0.1:{port}"
     try:
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{base}/api/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(up, timeout=240, step=0.5)
         cfg = httpx.get(f"{base}/api/config").json()
         status = httpx.get(f"{base}/api/simulation/status").json()
     finally:
@@ -103,6 +93,8 @@ def test_serve_started_from_another_directory(tmp_path):
     assert "hybrid_ml" in cfg["left_out"] and "hybrid_ml" not in cfg["default_policies"]
     assert "eft" in cfg["default_policies"] and status["left_out"] == cfg["left_out"]
     # asked for explicitly: a clear error naming the absolute path, non-zero exit
-    r = subprocess.run([*cmd[:-3], f"rf.model_dir={empty / 'rf'}", "service.policies=[eft,hybrid_ml]"], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=240)
+    cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), "--log-level", "warning",
+           f"service.database_url=sqlite:///{tmp_path / 's.db'}", f"rf.model_dir={empty / 'rf'}",
+           "service.policies=[eft,hybrid_ml]"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 1 and str(empty / "rf") in r.stderr and "hybrid_ml" in r.stderr, r.stderr[-2000:]

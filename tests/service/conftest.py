@@ -7,9 +7,12 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 from hybridsched.service.settings import ServiceSettings, load_settings
@@ -160,3 +163,26 @@ def wait_for(pred, timeout: float = 60.0, step: float = 0.05):  # noqa: ANN001, 
         if time.time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(step)
+
+
+def serve(args: list[str], *, port: int, cwd: Path, env: dict[str, str], log: Path, timeout: float = 240,
+          step: float = 0.2) -> subprocess.Popen:
+    """``hybridsched serve --port PORT ARGS`` as a real process (output appended to ``log``),
+    returned once ``/api/health`` answers 200; fails with the log's tail if it exits first."""
+    cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), *args]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, timeout=timeout, step=step)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from hybridsched.service.persistence import Store
-from tests.service.conftest import free_port, wait_for
+from tests.service.conftest import free_port, serve, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "fault-token"
@@ -24,22 +24,9 @@ POLICIES = ["round_robin", "greedy", "eft"]
 def _serve(db: Path, port: int, log: Path) -> subprocess.Popen:
     env = {**os.environ, "HYBRIDSCHED_TOKEN": TOKEN, "HYBRIDSCHED_DATABASE_URL": f"sqlite:///{db}",
            "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
-    cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), "--log-level", "warning",
-           f"service.policies=[{','.join(POLICIES)}]", "service.segment_tasks=500", "service.write_batch=200",
-           "service.speed=20"]  # the default; the run itself goes at 0
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
-        try:
-            return httpx.get(f"{base}/api/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, timeout=180, step=0.2)
-    return proc
+    return serve(["--log-level", "warning", f"service.policies=[{','.join(POLICIES)}]", "service.segment_tasks=500",
+                  "service.write_batch=200", "service.speed=20"],  # the default; the run itself goes at 0
+                 port=port, cwd=ROOT, env=env, log=log, timeout=180)
 
 
 def _committed(store: Store, run_id: int) -> tuple[int, dict, list]:

@@ -11,7 +11,6 @@ import re
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from hybridsched.errors import HybridschedError
 from hybridsched.service.app import STATIC, create_app
-from tests.service.conftest import free_port, wait_for
+from tests.service.conftest import free_port, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": "Bearer secret-token"}
@@ -280,21 +279,11 @@ def test_serve_ignores_forwarded_headers_and_exits_0_on_sigterm(tmp_path):
     for var in ("HYBRIDSCHED_POLICIES", "HYBRIDSCHED_TRUSTED_PROXIES", "FORWARDED_ALLOW_IPS"):
         env.pop(var, None)
     log = tmp_path / "server.log"
-    cmd = [sys.executable, "-m", "hybridsched.cli", "serve", "--port", str(port), "--log-level", "warning",
-           f"service.database_url=sqlite:///{tmp_path / 's.db'}", "service.policies=[round_robin,greedy,eft]",
-           "service.auth_fail_limit=4/minute"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = serve(["--log-level", "warning", f"service.database_url=sqlite:///{tmp_path / 's.db'}",
+                  "service.policies=[round_robin,greedy,eft]", "service.auth_fail_limit=4/minute"],
+                 port=port, cwd=ROOT, env=env, log=log)
     base = f"http://127.0.0.1:{port}"
     try:
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{base}/api/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for(up, timeout=240, step=0.2)
         codes = _guess(base, 8, [f"10.2.0.{i}" for i in range(8)])
         assert codes[:4] == [403] * 4 and set(codes[4:]) == {429}, codes
         started = time.monotonic()
