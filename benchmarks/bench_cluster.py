@@ -7,7 +7,7 @@ together, so their joint distribution is the trace's) with arrivals from the tra
 inter-arrival gaps, onto nodes drawn with replacement from the trace's node list, as many per
 pod as the configured run has (16 nodes for the trace's pods).  A policy whose projected time
 at the next size exceeds --max-seconds is skipped there and reported as not measured.
-Targets (2 cores, issue 23): >= 200,000 pods/s for the FIFO policies (round_robin, random, greedy,
+Targets (2 cores): >= 200,000 pods/s for the FIFO policies (round_robin, random, greedy,
 best_fit) and >= 50,000 pods/s for fgd, eft and oracle at 10^6 pods (wall time); time per pod flat in the pod
 count (the µs/pod ratio of the largest to the smallest size is printed, near-linear <= 1.5x).
 CPU seconds are reported too (`cpu_pods_per_s`): on a shared machine wall time counts other jobs.

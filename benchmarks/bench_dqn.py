@@ -4,7 +4,7 @@ state features + dueling forward pass in the compiled kernel, plus the event loo
 Run: `python -m benchmarks.bench_dqn [--tasks 100000] [--model-dir models/dqn] [--smoke]`.
 Uses the trained model in --model-dir (stage train_dqn); without one, a randomly initialised
 network of the same shape (the speed does not depend on the weights' values).
-Targets (issue 23, 2 cores): >= 300,000 decisions/s for the frozen greedy policy, >= 20,000 for
+Targets (2 cores): >= 300,000 decisions/s for the frozen greedy policy, >= 20,000 for
 dqn_online (compiled gradient steps during the run, on 10^4 tasks).
 Also shown: epsilon-greedy,
 the bare forward pass on a matrix of states, and eft on the same tasks for reference.
@@ -26,8 +26,8 @@ from hybridsched.kinds.machine.policies.eft import EarliestFinishTime
 from hybridsched.kinds.machine.sim import simulate, task_matrix
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
-TARGET_DECISIONS_PER_S = 300_000  # issue 23 (was 200,000 in issue 15): dqn greedy at 10^5 tasks
-TARGET_ONLINE_PER_S = 20_000  # issue 23: dqn_online (epsilon 0.1, learning) at 10^4 tasks
+TARGET_DECISIONS_PER_S = 300_000  # dqn greedy at 10^5 tasks
+TARGET_ONLINE_PER_S = 20_000  # dqn_online (epsilon 0.1, learning) at 10^4 tasks
 
 
 def _model_dir(path: Path, cluster: Cluster, tmp: Path) -> tuple[Path, str]:

@@ -4,8 +4,8 @@ GPU nodes, ~10,800 pods after inflation to 130 %), and the whole experiment's ti
 Run: `python -m benchmarks.bench_fgd [--seeds 1] [--full] [--smoke] [OVERRIDE ...]`.  Targets:
 
 * the ``fgd_atc23`` stage's experiment as configured (the ``fgd`` settings of conf/, composed by
-  Hydra: by default ``rules: k8s_simulator``, 10 seeds x 6 policies, 2 workers) in under 30 s
-  (issue 23): ``run_experiment`` is run and timed (outputs in a temp folder, figures included);
+  Hydra: by default ``rules: k8s_simulator``, 10 seeds x 6 policies, 2 workers) in under 30 s:
+  ``run_experiment`` is run and timed (outputs in a temp folder, figures included);
 * our exact-score protocol (``rules: exact``, 6 policies x 10 seeds) in under 300 s on 2 cores:
   estimated as (sum over policies of one seed's time) x 10 / 2; ``--full`` runs it and reports
   its wall time.
@@ -29,7 +29,7 @@ from hybridsched.kinds.cluster.fragmentation import typical_pods
 from hybridsched.kinds.cluster.trace import read_node_list, read_pod_requests
 
 TARGET_S = 300.0
-TARGET_STAGE_S = 30.0  # issue 23: the fgd_atc23 experiment with its default settings
+TARGET_STAGE_S = 30.0  # the fgd_atc23 experiment with its default settings
 FULL_SEEDS = 10
 WORKERS = 2
 

@@ -4,7 +4,7 @@ static and with online retraining (every 50 completions), for RandomForest and X
 Run: `python -m benchmarks.bench_hybrid_ml [--tasks 100000] [--forest-tasks 10000] [--model-dir models/rf]
 [--smoke] [OVERRIDE ...]`.  Settings (``rf``, ``policies.machine.hybrid_ml``) are conf/ composed by Hydra.
 Without --model-dir, models are trained here with the ``rf`` settings on 3,000
-tasks of the default workload (a few seconds).  Target (issue 15, 2 cores): the online ridge
+tasks of the default workload (a few seconds).  Target (2 cores): the online ridge
 variant (the shipped default: ``ridge_update: incremental``) >= 500,000 tasks/s at 10^5 tasks;
 static, the full ridge refit (``ridge_update: refit``) and the forest correction are shown for context.
 Each timing is one whole ``simulate`` call: features, one batched predict, the compiled
@@ -25,7 +25,7 @@ from hybridsched.kinds.machine.policies.hybrid_ml import HybridML
 from hybridsched.kinds.machine.sim import simulate, task_matrix
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate
 
-TARGET_TASKS_PER_S = 500_000  # issue 15: hybrid_ml online (ridge) at 10^5 tasks
+TARGET_TASKS_PER_S = 500_000  # hybrid_ml online (ridge) at 10^5 tasks
 
 
 def _models(cluster: Cluster, model_dir: str | None, cfg: dict, n_train: int = 3000) -> dict:

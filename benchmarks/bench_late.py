@@ -1,4 +1,4 @@
-"""Late dispatch speed (issue 22): tasks/s of every late-mode policy at 10^4, 10^5, 10^6 tasks.
+"""Late dispatch speed: tasks/s of every late-mode policy at 10^4, 10^5, 10^6 tasks.
 
 Run: `make bench` (or `python -m benchmarks.bench_late [--sizes 10000 100000 1000000]
 [--workloads default bursty] [--smoke]`).  Every policy of ``scenarios_late.LATE`` and the

@@ -2,7 +2,7 @@
 
 Run: `make bench` (or `python -m benchmarks.bench_sim [--sizes 10000 100000 1000000] [--smoke]`).
 Targets (2 cores): >= 200,000 tasks/s for round_robin, greedy and eft at 10^6 tasks,
-< 1.5 GB peak, time per task flat in the task count; and (issue 23) eft's whole ``simulate`` at
+< 1.5 GB peak, time per task flat in the task count; and eft's whole ``simulate`` at
 >= 0.5x the speed of a bare compiled EFT loop over the same tasks, measured in this process
 (``benchmarks.sim_profile``, which also prints where the time goes): best of 7 rounds in which
 the two take turns, by CPU time (wall time printed too).

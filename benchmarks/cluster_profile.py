@@ -1,4 +1,4 @@
-"""Where the node-cluster simulator's time goes per policy at 10^6 pods (issue 23).
+"""Where the node-cluster simulator's time goes per policy at 10^6 pods.
 
 Run: `python -m benchmarks.cluster_profile [--pods 1000000] [--policies ...] [--reps 1]`.  The
 workload and cluster are ``bench_cluster``'s (``resample`` of ``workload=alibaba_gpu_2023``).

@@ -10,9 +10,9 @@ Why each module is not a stage:
 - ``action_frequencies``: a one-off look at what the machine policies do with the last
   ``dvc repro``'s test tasks (per intensity bin, CPU and GPU shares); it prints and writes nothing.
 - ``cluster_quality``: a one-off comparison of every cluster node policy on rate-scaled copies of
-  the test split (tens of minutes), behind docs/notes/quality.md.
+  the test split (tens of minutes), behind docs/findings/cluster.md.
 - ``cluster_queue``: a tool that trains the cluster queue mode's learned order by hand and sets it
-  against eft and cem (runs A to J, fade scans, node seeds in docs/cluster.md); the pipeline's
+  against eft and cem (fade scans, node samples: docs/findings/cluster.md); the pipeline's
   ``learned_queue`` is trained by the train_late stage with the same search
   (kinds/cluster/queue_train.py).
 - ``fgd_sensitivity``: a one-off measurement of how the FGD comparison moves with each rule of
@@ -33,7 +33,7 @@ Why each module is not a stage:
   load sweep.
 - ``lp_grid``: a one-off measurement of the LP bound's slack per grid and piece-cut count on one
   scenario (minutes per fine grid).
-- ``quality_eval``: the quality study behind docs/notes/quality.md: per workload it trains the
+- ``quality_eval``: the quality study behind docs/findings/machine.md: per workload it trains the
   run-time model and the DQN and tunes every heuristic by hand (20 to 40 minutes), then sets every
   policy against the bounds.
 - ``real``: the serving kind served for real on this machine's CPU beside the simulator

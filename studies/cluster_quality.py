@@ -1,4 +1,4 @@
-"""Issue 14 on the cluster kind: every node policy, unchanged, on the test split and on
+"""Policy quality on the cluster kind: every node policy, unchanged, on the test split and on
 rate-scaled copies of it (arrivals divided by the factor), against eft and the lower bound.
 
 Run (after generate, train_rf, train_dqn and train_cem of `workload=alibaba_gpu_2023`):

@@ -1,8 +1,8 @@
-"""Issue 22, cluster part: the queue mode (kinds/cluster/queue_engine.py) against eft and cem on the
+"""Late dispatch on the cluster kind: the queue mode (kinds/cluster/queue_engine.py) against eft and cem on the
 test split at several loads, with a learned policy (queue order and node choice,
 kinds/cluster/queue_policy.py) trained on a stratified load mixture of training windows
 (kinds/cluster/queue_train.py).  ``--node cem`` / ``eft`` learns the order alone with that node
-policy fixed (the previous version of the study).
+policy fixed.
 
 Run (after generate and train_cem of `workload=alibaba_gpu_2023`):
 

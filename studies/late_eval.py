@@ -1,4 +1,4 @@
-"""Late dispatch against placement at arrival: the issue-22 table per scenario.
+"""Late dispatch against placement at arrival: the per-scenario table.
 
 Per scenario (default, shifted, bursty, dag, rate 8 and the held-out draws of
 ``scenarios.heldout_workloads``): the LP bound, every arrival-mode heuristic and every
@@ -194,7 +194,7 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
     the late heuristics (YAML weights) on the validation stream's draws of ``cem.machine``
     (``[cem.seed, 2, 0]``: never training, selection or evaluation), as mean latency / untuned
     late EFT's per draw; each model also ÷ the draw's best late heuristic (``vs_best_late``) and
-    on how many draws that is at most 0.9 (issue 22's learned target).  ``overrides``: Hydra overrides of conf/ (e.g. of the mixture)."""
+    on how many draws that is at most 0.9 (the learned policies' target).  ``overrides``: Hydra overrides of conf/ (e.g. of the mixture)."""
     from hybridsched.kinds.machine.cem_train import _VALID_STREAM, MachineCEMSettings, draw_set
 
     cfg = compose(overrides or [])
@@ -213,7 +213,7 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
         for n in runs:
             ratios[n].append(lat[n] / lat["eft_late_plain"])
     out = {n: {"mean": float(np.mean(r)), "per_draw": np.round(r, 3).tolist()} for n, r in ratios.items()}
-    # issue 22's learned target on these draws: each model / the best late heuristic of the draw
+    # the learned policies' target on these draws: each model / the best late heuristic of the draw
     best = np.min([ratios[n] for n in LATE], axis=0)
     for d in dirs:
         vs = np.asarray(ratios[d]) / best

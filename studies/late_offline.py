@@ -1,5 +1,5 @@
 """How low can a late-engine schedule go on one scenario, when every outcome is known?  An
-offline, clairvoyant search over task orders and splits (issue 22's 1.5× LP target).
+offline, clairvoyant search over task orders and splits (against the 1.5× LP target).
 
 The LP bound is below the optimum, and every online policy is above it; this puts a schedule
 between them. It is **not a policy**: it knows every arrival and every realised run time in

@@ -1,4 +1,4 @@
-"""Issue 22's fairer bar: the late heuristics tuned on the mixture the learned policies train on.
+"""A fairer bar: the late heuristics tuned on the mixture the learned policies train on.
 
 The late heuristics' YAML weights are tuned on the default workload's training split
 (``tune``, ``studies.late_eval --tune``); the learned late policies (``cem_late``,

@@ -1,6 +1,6 @@
 """How the machine kind's LP lower bound moves with its grid and its piece cuts, on one scenario.
 
-Every grid gives a valid bound (docs/notes/quality.md §1); a finer one, or more piece cuts, is
+Every grid gives a valid bound (docs/machine.md, "Lower bound"); a finer one, or more piece cuts, is
 tighter and slower. This solves the scenario's LP at each ``RHO:CUTS`` of ``--grids`` (the
 dyadic cover's ``rho`` and ``LPSettings.piece_cuts``, base width ``delta`` as configured) and,
 with ``--policies``, runs those policies on the same tasks and noise, so the table shows each

@@ -1,7 +1,7 @@
 """How much room does the eft_rank family leave? Per workload, eft_rank with three sets of weights.
 
 - ``cross``: the YAML weights (tuned once on the default workload's training split), the
-  heuristic every learned policy is compared with in docs/notes/quality.md;
+  heuristic every learned policy is compared with in docs/findings/machine.md;
 - ``own``: tuned by the project's Optuna study (``tuning.run_study``) on *that workload's*
   training split (for a held-out draw: a fresh training draw of the same parameters, task
   stream ``[7, k]``, never the test stream ``k``), then run on the test split;

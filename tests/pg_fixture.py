@@ -59,7 +59,7 @@ def _connect_when_ready(port: int, timeout: float = 120.0):  # noqa: ANN202
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[int]:
-    """Port of a PostgreSQL server on 127.0.0.1 that lives for the test session (per xdist worker)."""
+    """Port of a PostgreSQL server on 127.0.0.1 that lives for the whole test run (per xdist worker)."""
     bin_dir = _pg_bin()
     if bin_dir is None:
         pytest.skip("PostgreSQL is not installed (Debian package `postgresql`; `make system-deps`)")
@@ -106,7 +106,7 @@ def create_database(port: int, name: str) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url(postgres_server: int) -> str:
-    """URL of a fresh database ``tests`` on the session's PostgreSQL server."""
+    """URL of a fresh database ``tests`` on the test run's PostgreSQL server."""
     return create_database(postgres_server, "tests")
 
 

@@ -1,4 +1,4 @@
-"""Issue 26's bad inputs around the stages themselves: Hydra override errors in one line, a
+"""Bad inputs around the stages themselves: Hydra override errors in one line, a
 multirun validated whole before it runs, an unwritable metrics/ in one line, and the temp
 folders of a killed run removed by the next one."""
 
@@ -38,7 +38,7 @@ def test_a_hydra_override_error_is_one_line(tmp_path, override, message):
 
 
 def test_a_multirun_is_validated_whole_before_any_job_runs(tmp_path):
-    """`-m policy=eft,nosuch` used to simulate eft and then fail on nosuch."""
+    """`-m policy=eft,nosuch` fails on nosuch before any job simulates eft."""
     sweep = tmp_path / "sweep"
     r = _stage("simulate", "-m", "policy=eft,nosuch", "workload.n_test=20", f"hydra.sweep.dir={sweep}")
     assert r.returncode == 1
@@ -69,10 +69,10 @@ def test_an_unwritable_metrics_dir_is_one_line(tmp_path, capsys):
 
 
 def test_a_killed_runs_temp_folders_are_removed_by_the_next_run(tmp_path):
-    """A killed generate left data/.workload._* behind that nothing removed."""
+    """The data/.workload.* temp folders a killed generate leaves are removed by the next run."""
     target = tmp_path / "workload"
     dead = tmp_path / ".workload.tmp-999999999-abcd"      # pid that does not exist
-    legacy = tmp_path / ".workload._k2b9x1q"               # the old mkdtemp name (8 characters)
+    legacy = tmp_path / ".workload._k2b9x1q"               # an mkdtemp name (8 characters)
     live = tmp_path / f".workload.tmp-{os.getpid()}-live"  # a run still going: left alone
     for d in (dead, legacy, live):
         d.mkdir()
@@ -86,8 +86,8 @@ def test_a_killed_runs_temp_folders_are_removed_by_the_next_run(tmp_path):
 
 
 def test_generate_refuses_a_plus_added_key(tmp_path):
-    """`python -m stages.generate +workload.rte=5` exited 0 and ignored the key: every stage now
-    checks every setting first (issue 20)."""
+    """`python -m stages.generate +workload.rte=5` fails in one line instead of ignoring the key:
+    every stage checks every setting first."""
     r = _stage("generate", "+workload.rte=5", f"hydra.run.dir={tmp_path}", f"paths.workload_dir={tmp_path / 'w'}",
                f"paths.metrics_dir={tmp_path / 'm'}")
     assert r.returncode == 1
@@ -108,7 +108,7 @@ def _in_process(stage, *overrides: str):
 
 
 def test_generate_refuses_text_for_time_compression(tmp_path, capsys):
-    """`workload.time_compression=fast` raised ValueError in generate (issue 26, 5)."""
+    """`workload.time_compression=fast` is one line naming the setting, not a ValueError in generate."""
     code = _in_process("generate", "workload=alibaba_gpu_2023", "workload.time_compression=fast",
                        f"paths.workload_dir={tmp_path / 'w'}", f"paths.metrics_dir={tmp_path / 'm'}")
     assert code == 1

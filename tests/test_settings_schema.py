@@ -1,6 +1,6 @@
 """The check stage's settings table (src/hybridsched/settings_schema.py): every setting of every
-composed config has a declared rule, unknown keys are refused, and each bad value of issues #20
-and #26 is refused with the one line docs/bad-input.md shows."""
+composed config has a declared rule, unknown keys are refused, and each bad value below is
+refused with the one line tests/bad_input_catalogue.py holds."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_every_rule_names_a_setting_that_exists(composed):
 
 
 BAD = [
-    # issue 20: keys no kind reads, also when added with `+`
+    # keys no kind reads, also when added with `+`
     (["workload=serving", "+workload.rte=5"],
      "workload.rte: unknown setting (no stage reads it); known here: arrival, burst_amplitude, burst_period_s, cv, "
      "dag_job_size, dag_max_parents, deadline_slack, format, intensity_range, kind, load, max_request_size, max_tasks, "
@@ -64,7 +64,7 @@ BAD = [
      "untimed_duration_s"),
     (["+foo=1"], "foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
                  "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, tune, use_tuned, workload"),
-    # issue 20: serving settings
+    # serving settings
     (["workload=serving", "serving.lanes=0"], "serving.lanes: must be an integer >= 1, got 0"),
     (["workload=serving", "serving.max_batch=0"], "serving.max_batch: must be an integer >= 1, got 0"),
     (["workload=serving", "serving.window_ms=-1"], "serving.window_ms: must be a number >= 0, got -1"),
@@ -78,19 +78,19 @@ BAD = [
      "workload.mix.models: shares must sum to 1, got 0.9 ({resnet18: 0.4, resnet50: 0.4, vit_b16: 0.1}); "
      "they are not renormalised"),
     (["workload=serving", "workload.slo.interactive=0"], "workload.slo.interactive: must be a number > 0, got 0"),
-    # issue 20: FGD settings
+    # FGD settings
     (["fgd.coverage=0"], "fgd.coverage: must be a number in (0, 1], got 0"),
     (["fgd.coverage=1.5"], "fgd.coverage: must be a number in (0, 1], got 1.5"),
     (["fgd.seeds=[]"], "fgd.seeds: must be a list of at least 1 value(s), got []"),
     (["fgd.policies.fgd.coverage=2"], "fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"),
-    # issues 20 and 26: sizes that cannot fit in memory, refused before allocating
+    # sizes that cannot fit in memory, refused before allocating
     (["workload.n_test=100000000"],
      "workload.n_test=100000000: needs about 856.8 GiB of memory, more than the 16.0 GiB available; "
      "use a smaller value or sim.stream.enabled=true"),
     (["workload=serving", "serving.max_batch=100000000"],
      "serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 16.0 GiB available; "
      "use a smaller value"),
-    # issue 26, 1: policy parameters have declared ranges
+    # policy parameters have declared ranges
     (["policies.machine.random.gpu_fractions=[0.0]"],
      "policies.machine.random.gpu_fractions: every value must be a number in (0, 1], got 0.0 in [0.0]"),
     (["policies.machine.random.gpu_fractions=[2.0]"],
@@ -98,7 +98,7 @@ BAD = [
     (["policies.machine.eft.fraction_step=0"], "policies.machine.eft.fraction_step: must be a number in (0, 1], got 0"),
     (["workload=alibaba_gpu_2023", "+policies.cluster.fgd.coverage=2"],
      "policies.cluster.fgd.coverage: must be a number in (0, 1], got 2"),
-    # issue 26, 2: settings check used to miss
+    # workload settings: time compression, split fraction, node sample
     (["workload=alibaba_gpu_2023", "workload.time_compression=0"], "workload.time_compression: must be a number > 0, got 0"),
     (["workload=alibaba_gpu_2023", "workload.time_compression=fast"],
      "workload.time_compression: must be a number > 0, got 'fast'"),
@@ -108,7 +108,7 @@ BAD = [
      "workload.nodes.n: unknown setting (no stage reads it); known here: path, sample"),
     (["workload=alibaba_gpu_2023", "workload.nodes.sample.n_nodes=0"],
      "workload.nodes.sample.n_nodes: must be an integer >= 1 or null, got 0"),
-    # issue 26, 3 and 5: malformed ranges and text for numbers
+    # malformed ranges and text for numbers
     (["workload.intensity_range=[0.9,0.1]"], "workload.intensity_range: low must be <= high, got [0.9, 0.1]"),
     (["workload.intensity_range=[0.1]"],
      "workload.intensity_range: must be a [low, high] pair of numbers in [0, 1], got [0.1]"),
@@ -154,7 +154,7 @@ def _check_stage(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def test_check_stage_refuses_a_plus_added_key_with_one_line(tmp_path):
-    """`python -m stages.check +foo=1` used to exit 0; now one line, exit 1, nothing written."""
+    """`python -m stages.check +foo=1`: one line, exit 1, nothing written."""
     r = _check_stage("+foo=1", f"paths.metrics_dir={tmp_path}", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
@@ -165,7 +165,7 @@ def test_check_stage_refuses_a_plus_added_key_with_one_line(tmp_path):
 
 def test_check_stage_under_dvc_says_how_to_get_back(tmp_path):
     """Under DVC (the stage reads params.yaml, `-cn params`) a refusal says how to restore
-    params.yaml and metrics/ (issue 26, 3: otherwise every later `dvc repro` fails too)."""
+    params.yaml and metrics/ (otherwise every later `dvc repro` fails too)."""
     r = _check_stage("-cp", "..", "-cn", "params", "workload.intensity_range=[0.9,0.1]",
                      f"paths.metrics_dir={tmp_path}", f"hydra.run.dir={tmp_path}")
     assert r.returncode == 1

@@ -116,7 +116,7 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_temp_dirs(target: Path) -> list[Path]:
     """Remove the temp folders a killed run of :func:`atomic_dir` left beside ``target``
-    (``.workload.tmp-PID-*`` whose process is gone, and the older unnamed ``.workload.XXXXXXXX``);
+    (``.workload.tmp-PID-*`` whose process is gone, and unnamed ``.workload.XXXXXXXX`` ones of mkdtemp);
     a live run's folder is left alone.  Returns what was removed."""
     import re
     import shutil

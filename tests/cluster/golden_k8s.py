@@ -1,8 +1,8 @@
 """The FGD paper's experiment under ``fgd.rules: k8s_simulator`` on the real pod and node lists:
 a hash of every plugin's placements and curves for fixed seeds.
 
-``python -m tests.cluster.golden_k8s`` prints the hashes as JSON; they were recorded with the code
-before issue 23's speed work on ``k8s_rules._simulate`` (commit a506693) into
+``python -m tests.cluster.golden_k8s`` prints the hashes as JSON; the reference hashes, from the
+plain ``k8s_rules._simulate`` of commit a506693, are stored in
 ``tests/cluster/data/golden_k8s.json``, and ``test_golden_schedules.py`` checks that the current
 code gives the same bytes."""
 

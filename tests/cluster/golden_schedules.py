@@ -1,7 +1,7 @@
 """Fixed node-cluster workloads and a hash of every compiled policy's schedule on them.
 
-``python -m tests.cluster.golden_schedules`` prints the hashes as JSON; they were recorded with
-the code of main before the per-class feasibility index (commit fbbdd13) into
+``python -m tests.cluster.golden_schedules`` prints the hashes as JSON; the reference hashes, from
+the plain scans over every node (commit fbbdd13, no per-class feasibility index), are stored in
 ``tests/cluster/data/golden_schedules.json``, and ``test_golden_schedules.py`` checks that the
 current code gives the same bytes."""
 

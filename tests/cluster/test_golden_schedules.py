@@ -1,5 +1,5 @@
-"""Every compiled cluster policy's schedule is byte-identical to the one main's code gave before the
-per-class feasibility index (hashes in data/golden_schedules.json, see golden_schedules.py)."""
+"""Every compiled cluster policy's schedule is byte-identical to the plain scan's over every node
+(reference hashes in data/golden_schedules.json, see golden_schedules.py)."""
 
 from __future__ import annotations
 

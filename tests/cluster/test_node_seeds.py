@@ -14,7 +14,8 @@ import pytest
 from hybridsched.errors import HybridschedError
 from tests.cluster.test_stages_e2e import DATA
 
-# cem's node weights as learned_queue has them, the zero order, fade 1 (docs/cluster.md, "Node samples")
+# cem's node weights as learned_queue has them, the zero order, fade 1
+# (docs/findings/cluster.md, "Over ten node samples")
 WEIGHTS = {"node_policy": "learned", "weights": {
     "gpus": 0.0, "cpu": 0.0, "wait_ratio": 0.0, "fits_now": 0.0, "slow_now": 0.0, "long": 0.0, "backlog_short": 0.0,
     "backlog_wait": 0.0, "node_slow_long": 0.122618, "node_gpu_left": 0.327357, "node_cpu_left": 0.277324,

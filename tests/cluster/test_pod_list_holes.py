@@ -1,4 +1,4 @@
-"""Issue 11 (cluster kind): pod lists the importer used to accept silently or count wrongly."""
+"""Cluster kind: faulty pod lists are refused or dropped and counted, never accepted silently or miscounted."""
 
 from __future__ import annotations
 
@@ -229,7 +229,7 @@ def test_an_empty_split_is_refused_by_the_reader_and_validate(tmp_path: Path) ->
 
 
 def test_a_gpu_spec_naming_an_unknown_model_has_its_own_reason(tmp_path: Path) -> None:
-    """Issue 26: it was dropped as fits_no_sampled_node, like a pod the sample cannot hold."""
+    """Counted as unknown_gpu_model, not as fits_no_sampled_node like a pod the sample cannot hold."""
     rows = [*GOOD, "pod-u,1000,1024,1,500,A100X99,BE,Running,150,400,160",
             "pod-y,99000,1024,1,500,,BE,Running,150,400,160"]
     _, _, _, rep = load_workload(workload(tmp_path, write(tmp_path, rows)))

@@ -297,7 +297,7 @@ def fixture_with_tiny_cem(tmp_path) -> list[str]:
 
 
 def test_documented_study_runs_shrunk_and_is_identical_on_rerun(tmp_path):
-    """The command of docs/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
+    """The command of docs/findings/cluster.md (queue mode), shrunk: the fixture workload, its tiny cem
     model, two generations of four; the outputs of two runs are byte-identical."""
     from studies.cluster_queue import main
 
@@ -317,14 +317,14 @@ def test_documented_study_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     main(["--out", str(tmp_path / "d"), "--rates", "1", "2", "--weights", str(tmp_path / "c" / "learned_order.json"),
           "--", *ov])
     assert (tmp_path / "d" / "cluster_queue.csv").read_bytes() == outs[0][0]
-    # this session's runs' flags: windows matched on eft's waited share, a fade floor of 1
+    # learned_queue's flags: windows matched on eft's waited share, a fade floor of 1
     main(["--out", str(tmp_path / "e"), "--train-only", "--generations", "2", "--population", "4", "--windows", "2",
           "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "2", "--calibrate", "wait_share",
           "--min-load", "0.75", "--max-load", "1.75", "--min-fade", "1", "--", *ov])
     doc = json.loads((tmp_path / "e" / "learned_order.json").read_text())
     assert doc["weights"]["node_fade"] >= 1.0 and len(doc["train"]["check_rates"]) == 2
     assert "wait_curve" not in doc["train"]["settings"]  # the other calibrations' records are as before
-    # the fourth session's: every load matched on eft's waited share (--calibrate wait_curve)
+    # every load matched on eft's waited share (--calibrate wait_curve)
     main(["--out", str(tmp_path / "f"), "--train-only", "--generations", "2", "--population", "4", "--windows", "2",
           "--min-pods", "20", "--max-pods-window", "40", "--eval-windows", "2", "--calibrate", "wait_curve",
           "--wait-curve", "0.75:0.05", "1.75:0.4", "--min-load", "0.75", "--max-load", "1.75", "--min-fade", "1",

@@ -1,7 +1,7 @@
 """Fixed machine-kind workloads and a hash of every arrival policy's schedule on them.
 
-``python -m tests.machine.golden_schedules`` prints the hashes as JSON; they were recorded with
-the engine of main before the issue-23 speed work (commit a506693) into
+``python -m tests.machine.golden_schedules`` prints the hashes as JSON; the reference hashes, from
+the reference engine of commit a506693, are stored in
 ``tests/machine/data/golden_schedules.json``, and ``test_golden_schedules.py`` checks that the
 current code gives the same bytes (every column of the trace, compiled loop and Python reference)."""
 
@@ -42,7 +42,7 @@ def _model(cluster: Cluster):
 
 
 def policies(cluster: Cluster) -> dict:
-    """name -> factory of every arrival policy whose speed issue 23 touches (fixed settings)."""
+    """name -> factory of every arrival policy the reference hashes cover (fixed settings)."""
     model = _model(cluster)
     return {
         "round_robin": RoundRobin, "random": lambda: Random(seed=3, gpu_fractions=(0.5, 1.0)), "greedy": Greedy,

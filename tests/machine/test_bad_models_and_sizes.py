@@ -1,4 +1,4 @@
-"""Issue 26: broken model files are one line and found before the LP bound; the LP bound says
+"""Broken model files are one line and found before the LP bound; the LP bound says
 its size up front and is skipped past ``sim.bound_lp.max_variables`` with one line."""
 
 from __future__ import annotations

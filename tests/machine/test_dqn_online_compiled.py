@@ -1,4 +1,4 @@
-"""The compiled online learner (issue 23, ``rl/qnet_train.py``): its TD steps are torch's (float64
+"""The compiled online learner (``rl/qnet_train.py``): its TD steps are torch's (float64
 autograd, clip_grad_norm_, Adam) to rounding, it learns on a fixed workload, and a run is
 identical on rerun."""
 

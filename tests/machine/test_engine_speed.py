@@ -1,4 +1,4 @@
-"""The issue-23 speed work on the arrival engine keeps every number: the compiled task matrix equals
+"""The arrival engine's fast paths keep every number: the compiled task matrix equals
 the cost model's numpy columns to the bit (the schedules themselves: test_golden_schedules.py)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every machine arrival policy's schedule is byte-identical to the one main's engine gave before the
-issue-23 speed work (hashes in data/golden_schedules.json, see golden_schedules.py)."""
+"""Every machine arrival policy's schedule is byte-identical to the reference engine's
+(hashes in data/golden_schedules.json, see golden_schedules.py)."""
 
 from __future__ import annotations
 

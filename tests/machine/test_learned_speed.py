@@ -1,4 +1,4 @@
-"""The fast paths of the learned policies give exactly the reference results (issue 15, item 3):
+"""The fast paths of the learned policies give exactly the reference results:
 the compiled forest predictor, hybrid_ml's in-loop ridge learning with lazy re-prediction, and
 the DQN's fused, allocation-free forward pass.  Equality is to the bit (the DQN's Q-values: in
 value, see ``rl.qnet.affine_skip0``): a schedule must not change because a path got faster."""
@@ -187,8 +187,8 @@ def test_dqn_kernel_acts_as_the_reference_path(cluster):
 
 
 def test_dqn_greedy_schedule_is_unchanged_by_the_fused_pass(cluster, tmp_path):
-    """Issue 23: the greedy DQN's schedule on a fixed workload and network is the one of the flat
-    transposed pass it replaced (digest taken from that code, commit a506693)."""
+    """The greedy DQN's schedule on a fixed workload and network is the one of the reference flat
+    transposed pass (digest taken from that pass, commit a506693)."""
     import hashlib
 
     torch = pytest.importorskip("torch")

@@ -1,6 +1,6 @@
-"""The ``scenarios`` stage (issue 22's report measured by the pipeline), shrunk into tmp_path:
+"""The ``scenarios`` stage (the per-scenario report measured by the pipeline), shrunk into tmp_path:
 its outputs and verdicts, seeded reruns, the not-applicable outputs of another kind, the
-dqn_late / cem_late conf entries in late mode, and the settings schema of the new keys."""
+dqn_late / cem_late conf entries in late mode, and the settings schema of its keys."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_documented_named_scenarios_with_another_pg_late_model(tmp_path):
 
 
 def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
-    """The issue's targets from one frame per scenario: each learned policy against the best
+    """The report's targets from one frame per scenario: each learned policy against the best
     heuristic of *its own* mode, and the best policy against the bound."""
     def frame(name, lat, bound):
         modes = {"eft": "arrival", "cem": "arrival", "eft_late": "late", "cem_late": "late", "other": "late"}

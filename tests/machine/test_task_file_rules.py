@@ -1,4 +1,4 @@
-"""Issue 11 (machine kind): one rule set for the reader and validate, empty workloads, plain
+"""Machine kind: one rule set for the reader and validate, empty workloads, plain
 numbers in messages, strict JSON, constant training targets, and a user's own task file."""
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def test_empty_workload_fails_generate_validate_and_the_reader(tmp_path: Path) -
 
 
 def test_an_empty_split_from_simulate_bounds_is_never_reached(tmp_path: Path) -> None:
-    """The traceback of the issue (bounds.lower_bound on 0 tasks) came from an empty test file
-    reaching simulate; the reader now stops it first, with the file's name."""
+    """An empty test file never reaches simulate (bounds.lower_bound on 0 tasks would raise a
+    traceback): the reader stops it first, with the file's name."""
     path = tmp_path / "test.parquet"
     frame().iloc[:0].to_parquet(path, index=False)
     with pytest.raises(WorkloadError, match=r"test.parquet: 0 tasks"):
@@ -220,7 +220,7 @@ def test_the_projects_parquet_to_csv_round_trip_loads(tmp_path: Path, via: str) 
         df.to_parquet(tmp_path / "w.parquet", index=False)
         df = pd.read_parquet(tmp_path / "w.parquet")
     df.to_csv(tmp_path / "w.csv", index=False)
-    assert "[]" in (tmp_path / "w.csv").read_text()  # the spelling that used to be rejected
+    assert "[]" in (tmp_path / "w.csv").read_text()  # the spelling to_csv writes for an empty list
     back = read_tasks(tmp_path / "w.csv")
     np.testing.assert_array_equal(back.parent_idx, train.parent_idx)
     np.testing.assert_array_equal(back.parent_ptr, train.parent_ptr)

@@ -88,7 +88,7 @@ def test_use_tuned_overlays_best_params(tmp_path):
 
 def test_a_dqn_trial_removes_its_model_dir(tmp_path, monkeypatch, train):
     """The dqn target saves each trial's network to a temp dir for the policy to load; the
-    dir is gone once the trial is scored (they used to pile up in /tmp)."""
+    dir is gone once the trial is scored (none piles up in /tmp)."""
     import tempfile
 
     from hybridsched.kinds.machine.tuning import evaluate_config, split_validation

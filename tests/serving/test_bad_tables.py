@@ -1,6 +1,6 @@
-"""Bad latency tables and replay traces (issues 20 and 26): refused by the check stage (a given
+"""Bad latency tables and replay traces: refused by the check stage (a given
 table is read there, before the profile stage measures for minutes) with one line naming the
-file, the variant and the real problem, as docs/bad-input.md shows."""
+file, the variant and the real problem, as tests/bad_input_catalogue.py holds."""
 
 from __future__ import annotations
 
@@ -65,15 +65,15 @@ def test_check_refuses_a_bad_latency_table(tmp_path, edit, serving, expected):
 
 
 def test_a_missing_latency_table_is_refused_by_check(tmp_path):
-    """It used to pass check; the profile stage then measured the models for 2 minutes first."""
+    """Refused by check, before the profile stage measures the models for 2 minutes."""
     path = tmp_path / "nope.csv"
     run = Run(cfg=serving_cfg(tmp_path, latency_table=str(path)))
     _refused(lambda: stages.check_config(run), path, "serving.latency_table: FILE not found")
 
 
 def test_generate_names_the_table_not_a_missing_batch1_latency(tmp_path):
-    """A table stopping at batch 128 with max_batch 256 said "no batch-1 latency for a variant
-    of the mix" in generate; now the file, the variant and the batch."""
+    """A table stopping at batch 128 with max_batch 256 is refused naming the file, the variant and
+    the batch, not as "no batch-1 latency for a variant of the mix"."""
     run, path = _table(tmp_path, None, max_batch=256)
     _refused(lambda: stages.generate(run), path,
              "FILE: the rows of ('resnet18', 'torch', 'fp32') stop at batch 128, below serving.max_batch 256 (the table "

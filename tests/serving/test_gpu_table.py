@@ -1,5 +1,5 @@
 """The clockwork_v100 latency-table path end to end: every stage but profile (the table is
-published, no measurement) on a tiny ResNet-50 / TVM stream at GPU speed (issue #24)."""
+published, no measurement) on a tiny ResNet-50 / TVM stream at GPU speed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Offered load counts the work: request sizes and the batching curve at the window (issue #24)."""
+"""Offered load counts the work: request sizes and the batching curve at the window."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The profile as served: each batch also timed with ``lanes`` concurrent workers, sigma per
-variant, single-lane rows kept; the simulator reads the served rows (issue #24). Timings from
-this shared machine are not asserted, only the table's shape and the selection."""
+variant, single-lane rows kept; the simulator reads the served rows. Timings depend on the
+machine and its load, so they are not asserted, only the table's shape and the selection."""
 
 from __future__ import annotations
 

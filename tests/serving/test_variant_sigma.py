@@ -1,4 +1,4 @@
-"""Per-variant service noise (issue #24): the simulator draws each variant's batches with the
+"""Per-variant service noise: the simulator draws each variant's batches with the
 sigma the profile as served measured for it (``serving.sigma_source: profile``, the default),
 or one ``serving.service_sigma`` for all (``fixed``, and for tables that measured none)."""
 

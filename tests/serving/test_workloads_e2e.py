@@ -1,5 +1,5 @@
 """`workload=serving_bursty` and `workload=serving_azure` through every stage but profile and the
-real mode (issue #24), on a measured-format profile (served rows, sigma per variant) written
+real mode, on a measured-format profile (served rows, sigma per variant) written
 here: the bound (clairvoyant and contention), the held-out table of `cem`, the load report and
 the per-variant sigma the simulator used all come out. Tiny sizes; no timing asserted."""
 

@@ -86,7 +86,7 @@ def q_values(s: np.ndarray, packed: np.ndarray, hidden: int, n_actions: int) -> 
     return q
 
 
-# --- the fused forward pass on separate arrays (issue 23) ----------------------------------------
+# --- the fused forward pass on separate arrays ---------------------------------------------------
 # A flat vector with the scratch space inside it keeps LLVM from vectorising (every store may
 # alias every load) and its offsets from being hoisted; separate 2-D arrays do not, and with the
 # zero inputs skipped (the ReLU leaves about half of each hidden layer at 0) the pass is ~6x

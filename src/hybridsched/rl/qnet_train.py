@@ -1,4 +1,4 @@
-"""A compiled DQN learner for online adaptation (issue 23): the same TD learning as
+"""A compiled DQN learner for online adaptation: the same TD learning as
 ``rl.dqn.DQNLearner`` (replay, target network, Huber loss, gradient-norm clipping, Adam), with
 the gradient steps in numba on the ``rl.qnet.Net`` arrays instead of per-step torch calls.
 

@@ -51,8 +51,8 @@ def lower_bound(inp: RunInputs, cluster: NodeCluster) -> NodeLowerBound:
 
 
 def contention_bound(inp: RunInputs, cluster: NodeCluster) -> float:
-    """A lower bound on mean JCT that sees contention for the pooled GPUs and CPUs (docs/notes/quality.md,
-    "Cluster kind"): for each pool (GPU milli, CPU milli), the tasks that use it form a
+    """A lower bound on mean JCT that sees contention for the pooled GPUs and CPUs (docs/cluster.md,
+    "Lower bound"): for each pool (GPU milli, CPU milli), the tasks that use it form a
     fractional schedule on one machine of the pool's capacity, whose mean busy times are bounded
     by the preemptive shortest-work-first schedule (Goemans 1997); a task's completion is its
     mean busy time plus half its run time.  The larger pool's total, with the solo bound for

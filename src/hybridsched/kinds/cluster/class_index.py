@@ -9,7 +9,7 @@ from the root (best fit, FGD), from one range per GPU model (EFT, oracle: ``tabl
 first key, so the nodes are laid out by (model, node)), or draws a position among the fitting
 nodes and walks down the counts (random): O(log nodes) instead of a scan over every fitting node.
 
-Memory layout (issue 23's profile: the upkeep is cache misses): a keyed entry is one record of
+Memory layout (the upkeep's cost is cache misses): a keyed entry is one record of
 four float64 (key1, key2, node, leaf's fit), so two siblings share a cache line; inner entries
 keep no count, so a path update stops at the first entry whose least key did not change;
 random's counts are int32, eight to a record's 32 bytes.

@@ -4,8 +4,8 @@ method (``rl/cem.py``) on a *load mixture* of windows of the training split.
 A scenario is a window of consecutive training pods (random length and start), shifted to
 start at 0, with its arrivals divided by ``base_rate x load``, ``load ~ U(min_load, max_load)``.
 ``base_rate`` is the rate factor at which the training windows queue about as much as the test
-split does under eft (``cem.cluster``'s range 1.5-3 was chosen that way, docs/notes/quality.md:
-22-38 % of the pods waited, against 26 % on the test split); the default 2.25 is its middle, so
+split does under eft (``cem.cluster``'s range 1.5-3 is chosen that way: on it 22-38 % of the
+pods wait, against 26 % on the test split); the default 2.25 is its middle, so
 ``load`` 0.75-1.5 is meant as the same range of loads as the test split's x0.75-x1.5 (a
 calibration on the training split only: the test split is never read).
 
@@ -19,14 +19,14 @@ fixed set of fresh training scenarios to pick the result, which is then reported
 Calibration (``calibrate``): with ``rate`` a window's load 1 is the one rate factor
 ``base_rate`` for every window; with ``wait_share`` it is found per window: the rate factor at
 which ``eft`` (the default engine) makes ``wait_share`` of the window's pods wait (default 0.26,
-the share that waits under eft on the test split at x1, docs/cluster.md), by bisection on its
+the share that waits under eft on the test split at x1, docs/findings/cluster.md), by bisection on its
 log.  Windows differ a lot in their own load (idle stretches, bursts, the long services of the
 training split), so one factor gives windows that hardly queue next to windows in overload at
 the same nominal load; per-window matching makes load ``x`` mean "x times the arrival rate at
 which this window queues as the test split does at x1".  With ``wait_curve`` every load is matched,
 not only load 1: load ``x`` of a window is the rate factor at which eft makes ``share(x)`` of its
 pods wait, ``share`` interpolated linearly at ``x`` in ``wait_curve``'s (load, share) points
-(default: eft's waited shares on the test split at x0.75-x1.75, docs/cluster.md; eft figures
+(default: eft's waited shares on the test split at x0.75-x1.75, docs/findings/cluster.md; eft figures
 only, as the 0.26 above).  The test split's own waited share is far from linear in its rate
 (1.2 % at x0.75, 25.7 % at x1), so ``wait_share``'s load 0.75 (0.75 x the factor of 26 %) is
 likely a much busier window than the test split at x0.75.
@@ -60,7 +60,7 @@ from hybridsched.rl.cem import CEMSettings, train
 SELECT_SEED = 1_000_003  # the selection and check scenarios: seeds no generation uses
 DOMAIN_STREAM = 17  # the random stream that picks each window's node sample (apart from the windows' own)
 # (load, share of the pods that wait under eft) on the test split at x0.75-x1.75: the eft rows of
-# the third session's evaluation (docs/cluster.md, "Queue mode"); calibrate: wait_curve's default
+# studies.cluster_queue on the pipeline's cluster (docs/findings/cluster.md); calibrate: wait_curve's default
 WAIT_CURVE: tuple[tuple[float, float], ...] = ((0.75, 0.012), (1.0, 0.257), (1.25, 0.332), (1.5, 0.436),
                                                (1.75, 0.481))
 

@@ -1,6 +1,6 @@
 """An interval-indexed LP lower bound on total completion time that sees contention.
 
-It relaxes the engine's rules (docs/notes/quality.md has the proof), in the style of Hall,
+It relaxes the engine's rules (docs/machine.md, "Lower bound", has the proof), in the style of Hall,
 Schulz, Shmoys and Wein's time-indexed relaxation for unrelated machines with release
 dates:
 

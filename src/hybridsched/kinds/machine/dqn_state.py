@@ -185,7 +185,7 @@ def features_into(out, i, t, est, X, params):
     cpu_back = max(est[0] - t, 0.0)
     # actions are GPU-major with the same fractions for every GPU, and a placement's energy does
     # not depend on which GPU: from the second GPU on, its energy feature is a copy (same bits,
-    # one log1p fewer per action: issue 23)
+    # one log1p fewer per action)
     n_f = (A - 1) // (n_dev - 1) if n_dev > 1 else A
     for a in range(A):
         g = int(params[HEADER + a])

@@ -155,7 +155,7 @@ def _loop(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, 
         e = 0.0
         task_end = t
         # every output row is written here (NaN / 0 / -1 for a part that does not run), so the
-        # session allocates them empty instead of filling 9 arrays of n first
+        # run allocates them empty instead of filling 9 arrays of n first
         if f < 1.0:
             dur = (1.0 - f) * X[i, CPU_S]
             s = max(t, true_free[0])
@@ -217,7 +217,7 @@ def _loop(decide, X, pdata, params, arrival, noise_c, noise_g, launch_s, cpu_w, 
 # nogil: a streaming run generates the next chunk in another thread while this one runs.
 # Two compilations of the one loop.  `_run` (``learn`` None) has no reference counting
 # (_nrt=False): with it numba increments and decrements the count of every array around each
-# `decide` call, atomic operations that took ~40 % of eft's loop at 10^6 tasks (issue 23); without
+# `decide` call, atomic operations that take ~40 % of eft's loop at 10^6 tasks; without
 # a learner the loop allocates nothing (numba prunes the `learn is None` branch at compile time),
 # so it needs none.  `_run_learning` keeps reference counting for the learner's batch arrays.
 _run = njit(nogil=True, _nrt=False)(_loop)
@@ -314,7 +314,7 @@ class Session:
             if self._loop is not _run:
                 raise
             # numba keeps the failed compilation with the kernel's dispatcher: a fresh one,
-            # remembered so that the next session of this kernel goes there directly
+            # remembered so that the next run of this kernel goes there directly
             _COUNTING[self._decide] = njit(self._decide.py_func)
             self._decide = _COUNTING[self._decide]
             self._loop = _run_learning

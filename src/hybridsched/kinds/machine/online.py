@@ -209,7 +209,7 @@ def _predict_ridge(F, state, clip):
     return out
 
 
-# --- incremental ridge (issue 23): the window's sums kept up to date, a p x p solve per refit -----
+# --- incremental ridge: the window's sums kept up to date, a p x p solve per refit ---------------
 #
 # ``ridge_refit`` recomputes the window's means, scales and Z^T Z from its rows (O(window p^2) per
 # refit).  ``ridge_update: incremental`` keeps the sums those are made of (shifted by a fixed row

@@ -1,4 +1,4 @@
-"""Placement at arrival onto device queues kept in a chosen order (issue 22's middle step).
+"""Placement at arrival onto device queues kept in a chosen order (between arrival and late dispatch).
 
 The arrival engine (``engine.py``) places each task when it becomes ready and runs every
 device's queue first-come first-served.  Here the placement is the same (the same ``decide``

@@ -27,7 +27,7 @@ from hybridsched.kinds.machine.metrics import summarize
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate, spec_from_config
 
-# The documented range of held-out workloads (docs/notes/quality.md). Pairs are uniform ranges;
+# The documented range of held-out workloads (docs/machine.md, "Held-out draws"). Pairs are uniform ranges;
 # "log" ranges are log-uniform.
 HELDOUT_RANGES: dict[str, Any] = {
     "load": (0.4, 0.95),             # offered load; the rate follows from the drawn task mix

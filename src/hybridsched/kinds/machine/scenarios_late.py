@@ -1,4 +1,4 @@
-"""Issue 22's report: arrival against late dispatch, per scenario, against the LP bound.
+"""The per-scenario report: arrival against late dispatch, per scenario, against the LP bound.
 
 Per scenario (the named workloads, the held-out draws of ``scenarios.heldout_workloads`` and
 optionally a load sweep): the LP bound, every heuristic of either mode (the YAML weights,
@@ -7,7 +7,7 @@ scenario.  Tasks and noise as ``studies.quality_eval``: a named workload's test 
 noise seed ``sim.seed``; held-out draw k: tasks and noise from seed k; sweep: the default
 test split's task mix at each load's rate, tasks and noise from seed 0.
 
-The verdicts are the issue's targets: the best learned policy ÷ the best heuristic of its
+The verdicts are the report's targets: the best learned policy ÷ the best heuristic of its
 *own* mode (arrival or late) ≤ 0.9 on at least 7 of the 10 scenarios, and the best policy
 within 1.5× of the LP bound on ``default`` and 3× on ``shifted``.
 
@@ -286,7 +286,7 @@ def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: di
 
 
 def verdicts(r: pd.DataFrame, s: ScenarioSettings) -> dict[str, Any]:
-    """The issue's targets against the ratios of :func:`ratios` (one row per scenario)."""
+    """The report's targets against the ratios of :func:`ratios` (one row per scenario)."""
     ok = r["best_learned_vs_heuristic"] <= s.learned_ratio
     per = {row["scenario"]: {"bound": round(row["bound"], 6), "best_policy": row["best_policy"],
                              "best_policy_x_bound": round(row["best_policy_x_bound"], 4),

@@ -3,7 +3,7 @@
 ``workload.from_frame`` (every stage's reader) checks a frame rule by rule from :data:`TASK_SCHEMA`
 and :data:`TABLE_RULES`; ``validation.build_suite`` (the validate stage's Great Expectations
 suite) turns the same rules into expectations.  A rule changes in one place, so validate and
-the reader cannot disagree (issue 11, item 6).  ``docs/bad-input.md`` lists the rules.
+the reader cannot disagree.  ``docs/bad-input.md`` lists the rules.
 
 Column rules:
 

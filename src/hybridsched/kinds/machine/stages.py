@@ -474,7 +474,7 @@ def evaluate(run: Run) -> pd.DataFrame:
 
 
 def scenarios(run: Run) -> dict[str, Any]:
-    """Issue 22's report (``scenarios`` stage): every heuristic of both dispatch modes and the
+    """The per-scenario report (``scenarios`` stage): every heuristic of both dispatch modes and the
     learned policies on ``scenarios.workloads``, the held-out draws and the load sweep, with the
     LP bound; metrics/scenarios.json, metrics/scenarios/, metrics/plots/scenarios.{csv,png}."""
     from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, run_report

@@ -5,7 +5,7 @@ A table is long-format rows ``model, backend, precision, batch, latency_ms`` (pl
 
 * ``measured``: the profile stage's table on this machine (``serving.profile_path``);
 * ``clockwork_v100``: Clockwork's published V100 latencies of ResNet-50 (tables/clockwork_v100.csv);
-* ``cpu_first_profile``: this project's first CPU profile (tables/cpu_first_profile.csv);
+* ``cpu_first_profile``: a shipped CPU profile of the six variants (tables/cpu_first_profile.csv);
 * any other value: a csv file of the same columns.
 
 The simulator needs a dense ``lat[v, b]`` for every batch size ``b = 1..max_batch``: sizes
@@ -18,7 +18,7 @@ single-lane rows too; the simulator reads the rows timed with the most concurren
 Service noise: the profile as served also records each variant's lognormal spread (``sigma``,
 keyed ``model/backend``); with ``serving.sigma_source: profile`` (the default)
 :func:`with_variant_sigma` hands it to the simulator, one sigma per variant, and variants
-without a measured one (a published or csv table, an older profile) keep
+without a measured one (a published or csv table, a profile without sigmas) keep
 ``serving.service_sigma``; ``sigma_source: fixed`` uses ``service_sigma`` for every variant.
 
 Contention: the simulator's time of a batch depends on the other lanes (``serving.contention``,
@@ -40,7 +40,7 @@ from dataclasses import replace
 from hybridsched.kinds.serving.settings import ServingSettings
 
 PUBLISHED = {"clockwork_v100": Path(__file__).parent / "tables" / "clockwork_v100.csv",
-             # the first CPU profile of this project (docs/serving.md): a CPU table without profiling
+             # a shipped CPU profile (docs/serving.md): a CPU table without profiling
              "cpu_first_profile": Path(__file__).parent / "tables" / "cpu_first_profile.csv"}
 COLUMNS = ["model", "backend", "precision", "batch", "latency_ms"]
 

@@ -16,8 +16,8 @@ the process's resident-set growth over the run (sampled every millisecond), fitt
 
 ``idle_ms`` > 0 idles that long before every timed call, as a lightly loaded lane does between
 batches: such a call is slower than one of a back-to-back loop (in the real runs of
-docs/serving.md, ResNet-18 torch 10-25 % and ONNX Runtime ~7 % at batch 1), so a profile for a
-low-load stream times its calls that way.
+docs/findings/serving.md, ResNet-18 torch 10-25 % and ONNX Runtime ~7 % at batch 1), so a profile
+for a low-load stream times its calls that way.
 """
 
 from __future__ import annotations

@@ -348,7 +348,7 @@ def sim_vs_real(run, out_dir: Path, replay: Path | None = None) -> pd.DataFrame:
     Simulations of the same stream (:data:`SIMULATIONS`): ``sim`` (the table as served, i.e. the
     profile's rows timed with ``lanes`` concurrent workers, for every batch, and each variant's
     measured sigma: ``serving.contention: served``), and for a profile as served: ``alone`` (its
-    single-lane rows with the fixed ``serving.service_sigma``, the model before issue #24),
+    single-lane rows with the fixed ``serving.service_sigma``: no contention, one sigma),
     ``dyn`` (``contention: start``: single-lane rows for a batch that starts while the other
     lanes are idle, served rows otherwise), ``overlap`` (``contention: overlap``: processor
     sharing between the two, engine.share_lanes), then ``cal`` (calibrated on this run)."""
@@ -435,7 +435,7 @@ def sim_vs_real(run, out_dir: Path, replay: Path | None = None) -> pd.DataFrame:
             f"{', '.join(f'{x:.2f}' for x in loadavg)}.\n\n"
             f"* `sim`: the simulator with that table and per-variant service sigma {sig} "
             f"(sigma_source {s.sigma_source!r}{'' if s.variant_sigma else ', none measured: service_sigma'}).\n"
-            + (f"* `alone`: the same profile's single-lane rows with one sigma {s.service_sigma} (before issue #24).\n"
+            + (f"* `alone`: the same profile's single-lane rows with one sigma {s.service_sigma} (no contention).\n"
                f"* `dyn` (contention `start`): a batch that starts while the other lanes are idle takes the "
                f"single-lane time, else the served one; the per-variant sigma of `sim`.\n"
                f"* `overlap` (contention `overlap`): processor sharing: a batch's single-lane work runs at "

@@ -37,7 +37,7 @@ class Policy:
     clairvoyant: ClassVar[bool] = False  # True: receives the run's Realization via reveal()
     observe_every: int = 0  # >0: observe() is called with batches of this many completions
     # optional numba function (rows, fraction, cpu_s, gpu_s, pdata, params, learn_data()) doing
-    # what observe() does; the engine then calls it inside its compiled loop (engine.Session)
+    # what observe() does; the engine then calls it inside its compiled loop (the engine's ``Session`` class)
     learn_kernel: object | None = None
     # True: decisions depend only on the task's own row and the device free times, so a run can
     # be cut into chunks (prepare() per chunk) with the same result (see kinds/machine/stream.py)

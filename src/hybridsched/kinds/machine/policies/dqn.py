@@ -31,7 +31,7 @@ from hybridsched.kinds.machine.policies.base import Policy
 from hybridsched.kinds.machine.workload import TaskTable
 
 
-# Online adaptation's learning schedule (issue 23): a step on 32 replayed transitions every 8
+# Online adaptation's learning schedule: a step on 32 replayed transitions every 8
 # new ones (4 per decision) instead of training's 128 every 4 (32 per decision), so that it keeps
 # up with >= 20,000 decisions/s in compiled code.
 ONLINE_BATCH_SIZE = 32

@@ -1,4 +1,4 @@
-"""``dqn_late``: a per-candidate Q-network for late dispatch (issue 22; Decima's per-node scores).
+"""``dqn_late``: a per-candidate Q-network for late dispatch (after Decima's per-node scores).
 
 At each pick (``late_engine.py``) every waiting task offers up to three candidates, one per
 split rule on the believed free times of the CPU and the GPU that frees first:

@@ -37,7 +37,7 @@ from hybridsched.kinds.machine.policies.classic import least_loaded_gpu
 from hybridsched.kinds.machine.policies.weighted import WeightedEFT, candidate, weighted_cost
 
 MODEL_FILE = "model.json"
-# The extra linear terms, in the order of the ``lin`` weights (docs/notes/quality.md, "Learned policy: cem").
+# The extra linear terms, in the order of the ``lin`` weights (docs/machine.md, "Learned policies and their training").
 LINEAR = ("cpu_busy", "gpu_busy", "cpu_busy_x_cpu_backlog", "gpu_busy_x_gpu_backlog", "finish_x_load",
           "finish_x_size", "cpu_busy_gpu_idle", "gpu_busy_cpu_idle", "gpu_busy_x_memory_cap", "transfer", "energy")
 HIDDEN_INPUTS = ("f", "cpu_busy", "gpu_busy", "finish", "cpu_backlog", "gpu_backlog", "size", "max_f", "intensity")
