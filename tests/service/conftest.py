@@ -124,6 +124,47 @@ def postgresql_url(postgres_server: int) -> str:  # noqa: F811
     return create_database(postgres_server, "hybridsched_test")
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """An empty service database: a SQLite file, then the test PostgreSQL server's (emptied)."""
+    from hybridsched.service.persistence import Store
+
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/store.db"
+    url = request.getfixturevalue("postgresql_url")
+    store = Store(url)  # each test starts from an empty schema
+    store.upgrade()
+    store.delete_history()
+    store.dispose()
+    return url
+
+
+def fill_history(store, runs: list[tuple[list[str], int]], batch: int = 20_000) -> list[int]:  # noqa: ANN001
+    """Runs written straight into ``store`` (no race): one per (policies, n_tasks), tasks
+    0..n_tasks-1 with a result row per policy; the run ids, in order. Seconds for 10^5 rows."""
+    import numpy as np
+
+    from hybridsched.service.persistence import Batch
+
+    ids = []
+    for policies, n in runs:
+        run_id = store.create_run({"policies": policies})
+        for lo in range(0, n, batch):
+            t = np.arange(lo, min(n, lo + batch))
+            f = t.astype(float)
+            tasks = {"task_id": t, "segment": t // 1000, "arrival": f, "size": f + 1, "intensity": f % 7,
+                     "memory_mb": f % 11, "priority": t % 3, "deadline": np.full(len(t), np.nan)}
+            results = [{"task_id": t, "policy": p, "device": "cpu", "gpu": np.full(len(t), -1),
+                        "fraction": np.zeros(len(t)), "ready": f, "cpu_start": f, "cpu_end": f + 1,
+                        "gpu_start": np.full(len(t), np.nan), "gpu_end": np.full(len(t), np.nan),
+                        "gpu_mem_mb": np.zeros(len(t)), "end": f + 1, "latency": np.ones(len(t)),
+                        "energy_j": np.ones(len(t)), "cost_usd": np.zeros(len(t))} for p in policies]
+            store.write(Batch(run_id, int(t[-1]) + 1, float(t[-1]), tasks, np.zeros((0, 2), dtype=np.int64),
+                              results))
+        ids.append(run_id)
+    return ids
+
+
 # --- Redis ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def redis_url():

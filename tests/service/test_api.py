@@ -7,6 +7,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from hybridsched.errors import HybridschedError
+from hybridsched.service.api import MAX_OFFSET
 from hybridsched.service.app import create_app
 from hybridsched.service.engine import Race
 from hybridsched.service.persistence import Store
@@ -93,10 +94,12 @@ def test_integer_bounds_hold_on_postgresql(make_settings, postgresql_url):
     store.delete_history()
     store.dispose()
     with TestClient(create_app(make_settings(database_url=postgresql_url))) as c:
-        for params in ({"offset": str(2**31 - 1)}, {"run_id": str(2**31 - 1)}):  # the largest allowed: fine
+        for params in ({"offset": str(MAX_OFFSET)}, {"run_id": str(2**31 - 1)},  # the largest allowed: fine
+                       {"after": f"{2**31 - 1}.{2**31 - 1}.eft"}):
             r = c.get("/api/full_history", params=params)
-            assert r.status_code == 200 and r.json()["items"] == [], r.text
-        for params in ({"offset": "99999999999999999999"}, {"run_id": str(2**70)}, {"run_id": str(2**31)}):
+            assert r.status_code == 200 and r.json()["items"] == [] and r.json()["next"] is None, r.text
+        for params in ({"offset": "99999999999999999999"}, {"run_id": str(2**70)}, {"run_id": str(2**31)},
+                       {"offset": str(2**31 - 1)}, {"after": f"{2**31}.1.eft"}):
             assert c.get("/api/full_history", params=params).status_code == 422
 
 

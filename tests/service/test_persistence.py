@@ -15,18 +15,6 @@ from hybridsched.service.stream import GeneratedStream
 from tests.service.conftest import wait_for
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/store.db"
-    url = request.getfixturevalue("postgresql_url")
-    store = Store(url)  # each test starts from an empty schema
-    store.upgrade()
-    store.delete_history()
-    store.dispose()
-    return url
-
-
 def _run_to_end(settings, n_tasks: int) -> tuple[Race, int]:
     race = Race(settings, Store(settings.database_url))
     race.store.upgrade()
@@ -73,15 +61,17 @@ def test_history_pages_filters_and_deletes(db_url, make_settings):
     settings = make_settings(database_url=db_url, max_tasks=120)
     race, run_id = _run_to_end(settings, 120)
     store = race.store
-    total, page = store.history(limit=10)
+    total, page, nxt = store.history(limit=10)
     assert total == 360 and len(page) == 10
     assert page[0]["task_id"] == 119  # newest first
-    _, page2 = store.history(limit=10, offset=10)
+    assert nxt == (run_id, page[-1]["task_id"], page[-1]["policy"])  # the last row's key
+    _, page2, _ = store.history(limit=10, offset=10)
     assert {(r["task_id"], r["policy"]) for r in page}.isdisjoint({(r["task_id"], r["policy"]) for r in page2})
-    total_eft, only = store.history(limit=500, policy="eft")
-    assert total_eft == 120 and {r["policy"] for r in only} == {"eft"}
+    assert store.history(limit=10, after=nxt)[1] == page2
+    total_eft, only, end = store.history(limit=500, policy="eft")
+    assert total_eft == 120 and {r["policy"] for r in only} == {"eft"} and end is None
     assert store.delete_history() == 1
-    assert store.history(limit=10) == (0, [])
+    assert store.history(limit=10) == (0, [], None)
 
 
 def test_a_failing_batch_leaves_no_row_and_no_progress(db_url, make_settings):

@@ -4,6 +4,8 @@ token and are rate limited; no endpoint takes a filesystem path."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -11,8 +13,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hybridsched.errors import HybridschedError
 from hybridsched.service.engine import InvalidRequest
+from hybridsched.service.persistence import HistoryKey
 
 NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# a history cursor: "<run_id>.<task_id>.<policy>", the key of the last row of a page
+CURSOR = r"^[0-9]{1,10}\.[0-9]{1,10}\.[A-Za-z0-9_.-]{1,64}$"
+MAX_LIMIT = 1000  # rows per history page
+# rows an offset may skip: skipping walks the keys it skips, so it is bounded; deeper pages use
+# the cursor (``after``), which costs the same at any depth
+MAX_OFFSET = 10_000
+PROBE_TIMEOUT_S = 5.0  # a health check without an answer by then has failed
+# what to do instead, added to the 422 line of a query parameter: (name, pydantic error type) -> hint
+HINTS = {("offset", "less_than_equal"): "page further with after=<the next of the previous page>"}
 # every integer the API takes fits a PostgreSQL INTEGER (the runs table's id): larger values
 # are bad input (422), never a database overflow (500)
 MAX_INT = 2**31 - 1
@@ -63,6 +75,25 @@ class Ack(BaseModel):
     ok: bool = True
     state: str
     run_id: int | None = None
+
+
+def _cursor(key: HistoryKey) -> str:
+    """The ``next`` of a history page: the key of its last row."""
+    return f"{key.run_id}.{key.task_id}.{key.policy}"
+
+
+def _parse_cursor(text: str) -> HistoryKey:
+    """A cursor made by :func:`_cursor` (already matched against ``CURSOR``); 422 if its numbers
+    cannot be a row's."""
+    run_id, task_id, policy = text.split(".", 2)
+    if int(run_id) > MAX_INT or int(task_id) > MAX_INT:
+        raise HTTPException(422, "after: not a cursor of this history (pass the `next` of the previous page)")
+    return HistoryKey(int(run_id), int(task_id), policy)
+
+
+async def _on(pool: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a thread of ``pool``."""
+    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
 
 def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
@@ -142,13 +173,30 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
         except HybridschedError as e:
             raise HTTPException(404, str(e)) from None
 
-    @router.get("/full_history", tags=["history"])
-    async def full_history(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_INT),
-                           policy: str | None = Query(None, pattern=NAME),
-                           run_id: int | None = Query(None, ge=1, le=MAX_INT)) -> dict[str, Any]:
-        """Results, newest first (run, then task), paginated; optionally one policy / run."""
-        total, items = await asyncio.to_thread(store.history, limit, offset, policy, run_id)
-        return {"total": total, "limit": limit, "offset": offset, "items": items}
+    @router.get("/full_history", tags=["history"], responses=_codes(422))
+    async def full_history(
+            limit: int = Query(100, ge=1, le=MAX_LIMIT, description=f"rows per page, at most {MAX_LIMIT}"),
+            after: str | None = Query(None, pattern=CURSOR, max_length=96,
+                                      description="the `next` of the previous page (an opaque cursor): the page "
+                                                  "starts right after the row it names; every row comes exactly "
+                                                  "once, at the same cost at any depth"),
+            offset: int = Query(0, ge=0, le=MAX_OFFSET,
+                                description=f"rows to skip from the start, at most {MAX_OFFSET} (422 past it: "
+                                            "page further with `after`); not together with `after`"),
+            policy: str | None = Query(None, pattern=NAME, description="only this policy's results"),
+            run_id: int | None = Query(None, ge=1, le=MAX_INT, description="only this run's results"),
+    ) -> dict[str, Any]:
+        """Results, newest first (run, then task, then policy name, each descending), a page at a
+        time; optionally one policy / run. ``next`` is the cursor of the following page (null on
+        the last page): pass it as ``after``. ``total`` counts every matching row."""
+        key = None
+        if after is not None:
+            if offset:
+                raise HTTPException(422, "after: give after or offset, not both")
+            key = _parse_cursor(after)
+        total, items, nxt = await _on(app_state.history_pool, store.history, limit, offset, policy, run_id, key)
+        return {"total": total, "limit": limit, "offset": offset, "after": after,
+                "next": _cursor(nxt) if nxt is not None else None, "items": items}
 
     @router.delete("/history", dependencies=guard, tags=["history"], responses=_codes(*GUARDED, 409))
     @limiter.limit(limit)
@@ -160,23 +208,26 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
             await asyncio.to_thread(cache.put_status, race.status())
         return {"deleted_runs": n}
 
-    @router.get("/health", tags=["operations"])
+    @router.get("/health", tags=["operations"],
+                responses={503: {"description": "the database or the cache failed or gave no answer within 5 s"}})
     async def health(response: Response) -> dict[str, Any]:
-        """Database (and cache, when configured) reachable: 200, else 503."""
+        """Database (and cache, when configured) reachable: 200, else 503. Answered on its own
+        thread and database connection: busy history queries do not delay it; a check without an
+        answer within 5 s counts as failed."""
         out: dict[str, Any] = {"status": "ok", "race": race.state}
-        try:
-            await asyncio.to_thread(store.ping)
-            out["database"] = "ok"
-        except Exception as e:
-            out["database"], out["status"] = f"error: {str(e).splitlines()[0]}", "error"
+        checks = [("database", store.ping)] + ([("cache", cache.ping)] if cache is not None else [])
         if cache is None:
             out["cache"] = "not configured"
-        else:
+        # on the probe's own thread and connection (the app's ``probe_pool``, the store's ``probe``):
+        # history queries and race control hold others
+        for name, ping in checks:
             try:
-                await asyncio.to_thread(cache.ping)
-                out["cache"] = "ok"
+                await asyncio.wait_for(_on(app_state.probe_pool, ping), PROBE_TIMEOUT_S)
+                out[name] = "ok"
+            except TimeoutError:
+                out[name], out["status"] = f"error: no answer within {PROBE_TIMEOUT_S:g} s", "error"
             except Exception as e:
-                out["cache"], out["status"] = f"error: {str(e).splitlines()[0]}", "error"
+                out[name], out["status"] = f"error: {str(e).splitlines()[0]}", "error"
         if out["status"] != "ok":
             response.status_code = 503
         return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,12 +34,19 @@ def server_options() -> dict[str, Any]:
             "proxy_headers": False}
 
 
+def _executors(history_threads: int) -> dict[str, ThreadPoolExecutor]:
+    """The API's own thread pools: history pages on as many threads as the store has history
+    connections (more would only wait for one), health checks on one thread of their own."""
+    return {"history_pool": ThreadPoolExecutor(history_threads, thread_name_prefix="hybridsched-history"),
+            "probe_pool": ThreadPoolExecutor(1, thread_name_prefix="hybridsched-probe")}
+
+
 def create_app(settings: ServiceSettings) -> FastAPI:
     """A ready app: migrations applied, runs left running by a dead process marked
     'interrupted', the race idle (or started when ``settings.autostart``)."""
     from slowapi.errors import RateLimitExceeded
 
-    from hybridsched.service.api import build_router
+    from hybridsched.service.api import HINTS, build_router
     from hybridsched.service.engine import Race
     from hybridsched.service.metrics import ServiceMetrics
     from hybridsched.service.persistence import Store
@@ -61,7 +69,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     race = Race(settings, store, metrics)
     hub = Hub(race, metrics, settings.tick_s, settings.client_queue, settings.stall_drop_s, cache)
     state = SimpleNamespace(settings=settings, store=store, race=race, metrics=metrics, hub=hub, cache=cache,
-                            limiter=make_limiter(settings.redis_url))
+                            limiter=make_limiter(settings.redis_url), **_executors(store.read_pool))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
@@ -80,6 +88,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             task.cancel()
             await asyncio.to_thread(race.shutdown)
             sys.setswitchinterval(switch)
+            for pool in (state.history_pool, state.probe_pool):
+                pool.shutdown(wait=False, cancel_futures=True)
+            state.__dict__.update(_executors(store.read_pool))  # threads start on first use only
             if cache is not None:
                 cache.close()
             store.dispose()
@@ -99,8 +110,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     async def invalid(request, exc: RequestValidationError) -> JSONResponse:  # noqa: ANN001
         errors = exc.errors()
         first = errors[0] if errors else {}
-        where = ".".join(str(x) for x in first.get("loc", ()))
-        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}",
+        loc = first.get("loc", ())
+        where = ".".join(str(x) for x in loc)
+        hint = HINTS.get((str(loc[-1]), first.get("type"))) if len(loc) == 2 and loc[0] == "query" else None
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}" + (f"; {hint}" if hint else ""),
                              "errors": [{k: e.get(k) for k in ("loc", "msg", "type")} for e in errors]},
                             status_code=422)
 

@@ -31,13 +31,17 @@ def render(spec: dict[str, Any]) -> str:
                 lines += [(op.get("description") or op.get("summary")).strip(), ""]
             params = op.get("parameters", [])
             if params:
-                lines += ["| parameter | in | type | required | constraints |", "|---|---|---|---|---|"]
+                lines += ["| parameter | in | type | required | constraints | description |",
+                          "|---|---|---|---|---|---|"]
                 for p in params:
                     sch = p.get("schema", {})
                     typ = sch.get("type") or "/".join(a.get("type", "") for a in sch.get("anyOf", []) if a.get("type"))
                     cons = {k: v for k, v in sch.items() if k in ("minimum", "maximum", "pattern", "default")}
+                    # a | would end the table cell
+                    cons_text = json.dumps(cons).replace("|", "\\|") if cons else ""
+                    desc = (p.get("description") or sch.get("description") or "").replace("|", "\\|")
                     lines.append(f"| `{p['name']}` | {p['in']} | {typ} | {p.get('required', False)} | "
-                                 f"{json.dumps(cons) if cons else ''} |")
+                                 f"{cons_text} | {desc} |")
                 lines.append("")
             body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
             if body:

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,35 @@ def _columns(cols: dict[str, Any]) -> tuple[list[str], list[tuple]]:
     return list(cols), list(zip(*lists))
 
 
+def _in_memory(url: str) -> bool:
+    """A SQLite database that lives in its connection (``sqlite://``, ``sqlite:///:memory:``)."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
+
+
+def _engine(url: str, **kw: Any):  # -> sqlalchemy.Engine
+    """An engine on ``url`` (SQLite: WAL, foreign keys on each connection)."""
+    from sqlalchemy import create_engine, event
+
+    if url.startswith("sqlite"):
+        kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        if _in_memory(url):  # a single-connection pool: no size to set
+            kw = {k: v for k, v in kw.items() if k not in ("pool_size", "max_overflow", "pool_timeout")}
+    engine = create_engine(url, **kw)
+    if engine.dialect.name == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            # WAL: readers never block the writer; NORMAL: a killed process loses no committed row
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+    return engine
+
+
 @dataclass
 class Batch:
     """Rows for a consecutive block of a run's tasks, with every policy's results for them."""
@@ -68,28 +97,58 @@ class Batch:
                      self.retrains + other.retrains, other.stats if other.stats is not None else self.stats)
 
 
+class HistoryKey(NamedTuple):
+    """Where a result row stands in the history's order: its primary key."""
+
+    run_id: int
+    task_id: int
+    policy: str
+
+
+def _blocks(runs: list[tuple[int, int, list[str]]], policy: str | None) -> list[tuple[int, int]]:
+    """Ranges (lo, hi) of run ids, newest first, that hold every run with matching rows and no
+    run whose rows all fail the policy filter: a scan of a range never reads another policy set's
+    run (a filter on a policy few runs raced reads those runs only)."""
+    blocks: list[list[int]] = []
+    joined = False  # the newest block takes the next matching run
+    for rid, n, names in runs:  # newest first
+        if n == 0:  # no rows: neither in a range nor breaking one
+            continue
+        if policy is None or policy in names:
+            if joined:
+                blocks[-1][0] = rid
+            else:
+                blocks.append([rid, rid])
+                joined = True
+        else:
+            joined = False
+    return [(lo, hi) for lo, hi in blocks]
+
+
 class Store:
-    """Tables, migrations, batched writes and the queries of the API."""
+    """Tables, migrations, batched writes and the queries of the API.
 
-    def __init__(self, url: str) -> None:
-        from sqlalchemy import create_engine, event
+    Three engines on one database, so no kind of work waits for another's connections: the
+    main one (the writer, race control), ``reader`` (the history pages: at most ``read_pool``
+    connections, the API runs that many history queries at a time) and a one-connection probe
+    for :meth:`ping` (``/api/health`` answers while every history connection is busy)."""
 
+    def __init__(self, url: str, read_pool: int = 4) -> None:
         self.url = url
+        self.read_pool = read_pool
         if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        kw: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        self.engine = create_engine(url, pool_pre_ping=True, **kw)
-        if self.engine.dialect.name == "sqlite":
-            @event.listens_for(self.engine, "connect")
-            def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
-                cur = dbapi_conn.cursor()
-                # WAL: readers never block the writer; NORMAL: a killed process loses no committed row
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
-                cur.execute("PRAGMA foreign_keys=ON")
-                cur.close()
+        self.engine = _engine(url, pool_pre_ping=True)
+        if _in_memory(url):  # each engine would open its own empty database
+            self.reader = self.probe = self.engine
+        else:
+            kw: dict[str, Any] = {}
+            if self.engine.dialect.name == "postgresql":
+                # every history query reads the primary key in its order; a planner that has not
+                # analysed a table yet may sort all of a run's rows instead: never sort
+                kw["connect_args"] = {"options": "-c enable_sort=off"}
+            self.reader = _engine(url, pool_pre_ping=True, pool_size=read_pool, max_overflow=0, **kw)
+            self.probe = _engine(url, pool_pre_ping=True, pool_size=1, max_overflow=0, pool_timeout=5)
 
     # --- schema ------------------------------------------------------------------------
     def upgrade(self) -> None:
@@ -107,11 +166,13 @@ class Store:
         """Raise if the database cannot answer a query."""
         from sqlalchemy import text
 
-        with self.engine.connect() as conn:
+        with self.probe.connect() as conn:
             conn.execute(text("SELECT 1"))
 
     def dispose(self) -> None:
-        self.engine.dispose()
+        """Close every engine's pooled connections."""
+        for engine in {id(e): e for e in (self.engine, self.reader, self.probe)}.values():
+            engine.dispose()
 
     # --- runs --------------------------------------------------------------------------
     def create_run(self, config: dict[str, Any], speed: float | None = None) -> int:
@@ -246,43 +307,95 @@ class Store:
         conn.exec_driver_sql(f'INSERT INTO {table} ({quoted}) VALUES ({", ".join([mark] * len(names))})', rows)
 
     # --- reads -------------------------------------------------------------------------
-    def history(self, limit: int, offset: int = 0, policy: str | None = None,
-                run_id: int | None = None) -> tuple[int, list[dict[str, Any]]]:
-        """(total matching, newest results first: a page of ``limit`` from ``offset``)."""
-        from sqlalchemy import select
+    def history(self, limit: int, offset: int = 0, policy: str | None = None, run_id: int | None = None,
+                after: HistoryKey | None = None) -> tuple[int, list[dict[str, Any]], HistoryKey | None]:
+        """(total matching, a page of at most ``limit`` results, the key to pass as ``after`` for the
+        next page or None at the end). Results come newest first: run, task, then policy name, all
+        descending (the primary key read backwards); the page starts after the key ``after`` (a
+        row's (run_id, task_id, policy)) or, without it, ``offset`` rows from the start.
 
-        from hybridsched.service.models import ResultRow as R
-        from hybridsched.service.models import TaskRow as T
-
-        cond = []
-        if policy is not None:
-            cond.append(R.policy == policy)
-        if run_id is not None:
-            cond.append(R.run_id == run_id)
-        q = (select(R.__table__, T.arrival, T.size, T.intensity, T.memory_mb)
-             .join(T, (T.run_id == R.run_id) & (T.task_id == R.task_id)).where(*cond)
-             .order_by(R.run_id.desc(), R.task_id.desc(), R.policy).limit(limit).offset(offset))
-        with self.engine.connect() as conn:
-            total = self._total(conn, policy, run_id)
-            rows = [dict(r) for r in conn.execute(q).mappings()]
-        return total, rows
+        Each query is a range of the primary key that starts at the cursor, so a page costs the
+        same at any depth; ``offset`` walks the keys it skips (the API bounds it)."""
+        with self.reader.connect() as conn:
+            runs = self._runs(conn, run_id)
+            total = sum(n * (len(names) if policy is None else int(policy in names)) for _, n, names in runs)
+            blocks = _blocks(runs, policy)
+            if offset:
+                skipped = self._walk(conn, blocks, policy, after, offset, keys_only=True)
+                if len(skipped) < offset:
+                    return total, [], None
+                after = HistoryKey(*skipped[-1])
+            rows = [dict(r) for r in self._walk(conn, blocks, policy, after, limit + 1)]
+            nxt = None
+            if len(rows) > limit:  # one row more than the page: there is a next page
+                rows = rows[:limit]
+                nxt = HistoryKey(rows[-1]["run_id"], rows[-1]["task_id"], rows[-1]["policy"])
+            self._add_task_columns(conn, rows)
+        return total, rows, nxt
 
     @staticmethod
-    def _total(conn, policy: str | None, run_id: int | None) -> int:  # noqa: ANN001
-        """Matching result rows, from the runs table: a committed task has one row per policy of
-        its run (batches are atomic), so no scan of the results table is needed."""
+    def _runs(conn, run_id: int | None) -> list[tuple[int, int, list[str]]]:  # noqa: ANN001
+        """(id, committed tasks, policies) of every run (or of ``run_id``), newest first. A
+        committed task has one result row per policy of its run (batches are atomic), so these
+        give the totals without a scan of the results table."""
         from sqlalchemy import select
 
         from hybridsched.service.models import RunRow
 
-        q = select(RunRow.id, RunRow.n_tasks, RunRow.config)
+        q = select(RunRow.id, RunRow.n_tasks, RunRow.config).order_by(RunRow.id.desc())
         if run_id is not None:
             q = q.where(RunRow.id == run_id)
-        total = 0
-        for _, n, config in conn.execute(q):
-            names = config.get("policies", [])
-            total += n * (1 if policy is None or policy in names else 0) * (len(names) if policy is None else 1)
-        return total
+        return [(int(i), int(n or 0), list((config or {}).get("policies", []))) for i, n, config in conn.execute(q)]
+
+    @staticmethod
+    def _walk(conn, blocks: list[tuple[int, int]], policy: str | None, after: HistoryKey | None, n: int,  # noqa: ANN001
+              keys_only: bool = False) -> list:
+        """Up to ``n`` result rows (or their keys) after ``after``, newest first, from the run
+        ranges ``blocks``: one backward range scan of the primary key per block until ``n`` are in."""
+        from sqlalchemy import select, tuple_
+
+        from hybridsched.service.models import ResultRow as R
+
+        cols = (R.run_id, R.task_id, R.policy) if keys_only else (R.__table__,)
+        out: list = []
+        for lo, hi in blocks:
+            if after is not None and lo > after.run_id:
+                continue
+            cond = [R.run_id >= lo]
+            if after is not None and after.run_id <= hi:
+                # the cursor is the scan's upper end (no second one: the database would pick one)
+                cond.append(tuple_(R.run_id, R.task_id, R.policy) < tuple_(*after))
+            else:
+                cond.append(R.run_id <= hi)
+            if policy is not None:
+                cond.append(R.policy == policy)
+            q = (select(*cols).where(*cond).order_by(R.run_id.desc(), R.task_id.desc(), R.policy.desc())
+                 .limit(n - len(out)))
+            res = conn.execute(q)
+            out += res.all() if keys_only else res.mappings().all()
+            if len(out) >= n:
+                break
+        return out
+
+    @staticmethod
+    def _add_task_columns(conn, rows: list[dict[str, Any]]) -> None:  # noqa: ANN001
+        """Each row's task columns (arrival, size, intensity, memory_mb), read by one primary-key
+        range per run of the page: a page's tasks of a run are consecutive in that run."""
+        from sqlalchemy import select
+
+        from hybridsched.service.models import TaskRow as T
+
+        cols = ("arrival", "size", "intensity", "memory_mb")
+        by_run: dict[int, list[dict[str, Any]]] = {}
+        for r in rows:
+            by_run.setdefault(r["run_id"], []).append(r)
+        for rid, part in by_run.items():
+            ids = [r["task_id"] for r in part]
+            q = (select(T.task_id, *(getattr(T, c) for c in cols))
+                 .where(T.run_id == rid, T.task_id >= min(ids), T.task_id <= max(ids)))
+            found = {t: vals for t, *vals in conn.execute(q)}
+            for r in part:
+                r.update(zip(cols, found.get(r["task_id"], (None,) * len(cols))))
 
     def counts(self, run_id: int) -> dict[str, int]:
         """Committed result rows per policy of a run."""
