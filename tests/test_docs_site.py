@@ -174,7 +174,7 @@ def test_docs_pages_are_small() -> None:
         f"pages over {PAGE_MAX_BYTES:,} bytes: {big}; docs/**/*.md total {total:,} bytes (at most {DOCS_MAX_BYTES:,})")
 
 
-# Text about how the project was built (who ran what, in which session or branch) rather than
+# Text about how the project was built (who ran what, when, in which attempt) rather than
 # what the software does. "session" counts only in that sense: a session of work, not a
 # database, HTTP, ONNX Runtime or pytest session.
 HISTORY = re.compile(

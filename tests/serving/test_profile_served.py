@@ -68,7 +68,7 @@ def test_idle_ms_idles_before_every_timed_call_and_outside_the_timing(monkeypatc
 
 
 def test_an_onnx_runner_without_a_workdir_leaves_no_file(tmp_path, monkeypatch):
-    """Without a workdir the exported ONNX file lives in a temp dir only until the session has
+    """Without a workdir the exported ONNX file lives in a temp dir only until the InferenceSession has
     read it; the runner still serves."""
     import tempfile
 
