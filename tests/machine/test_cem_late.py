@@ -98,3 +98,23 @@ def test_bad_late_settings_and_missing_model_are_one_line(tmp_path, cluster):
     with pytest.raises(HybridschedError, match=f"no trained model at {tmp_path}/model.json"):
         run(small_workload(10), cluster, CEMLate(model_dir=str(tmp_path)))
     assert "dispatch" not in MachineCEMSettings().to_dict()  # the arrival cem model's record is unchanged
+
+
+def test_the_train_late_stage_writes_the_same_bytes_on_rerun(tmp_path):
+    """``train_cem_late`` (the train_late stage's trainer): its model and report are DVC outputs,
+    so no wall-clock time is written into them (it is printed and tracked instead)."""
+    from hybridsched.devices import Cluster
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings
+    from hybridsched.kinds.machine.late_train import train_cem_late
+    from tests.machine.late_models import EFT_LATE
+
+    mix = MachineCEMSettings(scenarios=1, tasks=100, validation_scenarios=0, select_from=1, selection_scenarios=1,
+                             hidden=2, dispatch="late")
+    out = {}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        got = train_cem_late({"generations": 2, "population": 4, "seed": 0}, EFT_LATE, mix, Cluster(n_gpus=2),
+                             tmp_path / name)
+        assert "wall_s" in got["report"]
+        out[name] = {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}
+    assert "train_cem_late.json" in out["a"] and out["a"] == out["b"]

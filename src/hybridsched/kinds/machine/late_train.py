@@ -15,7 +15,7 @@ from typing import Any
 
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
-from hybridsched.io import write_json
+from hybridsched.io import without_timings, write_json
 from hybridsched.kinds.machine.cem_train import MachineCEMSettings
 
 Trainer = Callable[[dict[str, Any], dict[str, Any], MachineCEMSettings, Cluster, Path], dict[str, Any]]
@@ -48,7 +48,7 @@ def train_cem_late(cfg: dict[str, Any], base_spec: dict[str, Any], mix: MachineC
     write_json(out / late_scorer.MODEL_FILE, model)
     report = {"generations": search.generations, "population": search.population, "validation_cost": valid,
               **selection, "wall_s": round(result.wall_s, 2)}
-    write_json(out / "train_cem_late.json", report)
+    write_json(out / "train_cem_late.json", without_timings(report))  # a DVC output: the same bytes on rerun
     curve = [{"step": h["generation"], "cost": h["mean_cost"]} for h in result.history]
     return {"validation": valid.get("cem_late"), "curve": curve, "report": report}
 
