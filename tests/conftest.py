@@ -71,6 +71,8 @@ def _refuse_workspace_reads(event: str, args: tuple) -> None:
         return  # a bare name is opened relative to a directory fd (shutil.rmtree's walk), not the cwd
     path = Path(os.path.abspath(args[0]))
     root = Path(__file__).resolve().parents[1]
+    if path.name == ".gitignore":
+        return  # DVC's list of its outputs (a scratch copy of the project reads it), not an output
     if any(path.is_relative_to(root / top) for top in ("data", "models")):
         raise RuntimeError(f"a test opened {path}: CI's fresh clone has no data/ or models/ (`make repro` "
                            f"makes them); point the run at tmp_path (tests/runs.py outputs_in)")

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import functools
 import html
-import http.server
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -115,21 +113,43 @@ def browser():
         b.close()
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_until_served(port: int, timeout: float = 60.0) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_the_search_box_finds_a_policy_in_a_browser(site: Path, browser) -> None:
     """Headless Chromium opens the built site over HTTP (the search runs in a web worker that
     fetches its index, which file:// forbids), types a policy name and sees its page listed."""
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # noqa: ANN002
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    # the server is its own process: a thread of this one would wait for the GIL while Playwright's
+    # sync calls hold it, and the page would starve under load
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(site)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        _wait_until_served(port)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        page.goto(f"http://127.0.0.1:{port}/")
         page.click("label.md-search__icon, .md-search__input")
         page.fill("input.md-search__input", "rollout_late")
         # the search worker indexes the whole site in the page first: minutes on a loaded 2-core machine
@@ -139,8 +159,8 @@ def test_the_search_box_finds_a_policy_in_a_browser(site: Path, browser) -> None
         assert not errors, errors
         page.close()
     finally:
-        server.shutdown()
-        server.server_close()
+        server.terminate()
+        server.wait(30)
 
 
 def test_the_policy_catalogue_lists_every_policy_yaml(site: Path) -> None:

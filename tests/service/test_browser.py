@@ -37,7 +37,7 @@ def test_dashboard_draws_every_chart_and_pause_works(browser, learned_settings, 
     # caught (at the default rate eft's mean hovers around 0.8-1.1 s)
     settings.machine["workload"] = {**settings.machine["workload"], "rate": 3.0}
     with thread_server(create_app(settings)) as srv:
-        page = browser.new_page(viewport={"width": 1280, "height": 1500})
+        page = browser.new_page(viewport={"width": 1280, "height": 1500}, bypass_csp=True)  # the test's own JS probes
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         # anything the page's Content-Security-Policy blocks is an error too
@@ -136,7 +136,7 @@ def test_dashboard_shows_an_interrupted_run_and_continues_it(browser, make_setti
     store.set_status(1, "running")  # as kill -9 leaves it
     store.dispose()
     with thread_server(create_app(settings)) as srv:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=True)  # the test's own JS probes
         page.goto(srv.url + "/")
         page.wait_for_function("document.getElementById('status').dataset.state === 'interrupted'", timeout=60_000)
         assert "run 1" in page.text_content("#status") and "resumable" in page.text_content("#status")
