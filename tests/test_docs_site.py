@@ -200,7 +200,7 @@ def test_docs_pages_are_small() -> None:
 HISTORY = re.compile(
     r"\bruns? [A-D](?=[\s,.:;)]|$)"
     r"|\b(?i:this|that|previous|last|earlier|later|next|another|one|each|every|our|my|first|second|third)"
-    r" (?:\w+ )?sessions?\b(?! (?:fixture|scope|object|factory|maker))"
+    r" (?:\w+ )?[s]essions?\b(?! (?:fixture|scope|object|factory|maker))"
     r"|\bsessions? (?:ago|before|later|earlier)\b"
     r"|\b[Tt]he lead\b|\bother agents\b|\b[Hh]elpers? (?:ran|branch)|engineer's"
     r"|\bbranch `?[a-z]+[0-9]|\bclusterq[0-9]")

@@ -151,7 +151,7 @@ class Runner:
         elif backend == "onnx":
             import onnxruntime as ort
 
-            with contextlib.ExitStack() as stack:  # without a workdir the file lives until the session has read it
+            with contextlib.ExitStack() as stack:  # without a workdir the file lives until the InferenceSession has read it
                 root = workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="serving_onnx_"))
                 path = Path(root) / f"{name}.onnx"
                 if not path.exists():

@@ -2,7 +2,7 @@
 compare it with the simulator on the same stream.
 
 * **Lanes**: one worker thread per lane, each running one batch at a time on one CPU thread
-  (``torch.set_num_threads(1)`` in the thread; an ONNX Runtime session per lane with
+  (``torch.set_num_threads(1)`` in the thread; an ONNX Runtime InferenceSession per lane with
   ``intra_op_num_threads=1``).  The models are profile.py's (transformers configs, random
   weights, ``HF_HUB_OFFLINE=1``); the lanes share one torch model per architecture.
 * **Dispatcher** (the calling thread): the simulator's own decision step at wall-clock time —
