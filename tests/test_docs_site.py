@@ -151,10 +151,14 @@ def test_the_search_box_finds_a_policy_in_a_browser(site: Path, browser) -> None
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"http://127.0.0.1:{port}/")
         page.click("label.md-search__icon, .md-search__input")
-        page.fill("input.md-search__input", "rollout_late")
+        box = page.locator("input.md-search__input")
+        # typed key by key: the theme queries on keyup (or when its worker becomes ready), so a
+        # programmatic fill after the worker is ready would never be searched
+        box.press_sequentially("rollout_late")
         # the search worker indexes the whole site in the page first: minutes on a loaded 2-core machine
         page.wait_for_selector(".md-search-result__item a[href*='reference/policies']", timeout=300_000)
-        page.fill("input.md-search__input", "workload.rate")
+        box.fill("")
+        box.press_sequentially("workload.rate")
         page.wait_for_selector(".md-search-result__item a[href*='reference/settings']", timeout=60_000)
         assert not errors, errors
         page.close()

@@ -116,7 +116,7 @@ def test_profile_runs_on_cpu_and_fills_every_field() -> None:
         assert r["cpu_s"] > 0 and r["cpu_gflops"] == pytest.approx(2 * r["n"] ** 3 / r["cpu_s"] / 1e9)
         assert r["gpu_s"] is None and r["ratio"] is None and r["gpu_gflops"] is None
         assert 1 <= r["cpu_samples_kept"] <= 3
-    assert p["sizes"][-1]["cpu_s"] > p["sizes"][0]["cpu_s"]  # 64x the work takes longer
+    # no ordering of the times is asserted: at these sizes a busy machine's noise exceeds the work
 
 
 def test_stage_writes_profile_fit_and_plot(tmp_path: Path) -> None:
