@@ -70,6 +70,9 @@ def test_dashboard_draws_every_chart_and_pause_works(browser, learned_settings, 
         page.click("#btn-pause")
         page.wait_for_function("document.getElementById('status').dataset.state === 'paused'", timeout=30_000)
         assert httpx.get(f"{srv.url}/api/simulation/status").json()["state"] == "paused"
+        # paused: Resume (and Stop) are offered, Pause and Start are not
+        assert page.is_visible("#btn-resume") and page.is_visible("#btn-stop")
+        assert not page.is_visible("#btn-pause") and not page.is_visible("#btn-start")
         assert not errors, errors
         page.close()
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
@@ -141,6 +144,9 @@ def test_dashboard_shows_an_interrupted_run_and_continues_it(browser, make_setti
         page.wait_for_function("document.getElementById('status').dataset.state === 'interrupted'", timeout=60_000)
         assert "run 1" in page.text_content("#status") and "resumable" in page.text_content("#status")
         assert page.is_visible("#btn-continue") and "interrupted" in page.text_content("#message")
+        # one action continues it: Continue run 1 (Resume is for a paused run and would get 409)
+        assert page.text_content("#btn-continue") == "Continue run 1"
+        assert not page.is_visible("#btn-resume") and not page.is_visible("#btn-pause")
         page.wait_for_selector("#chart-race[data-drawn='1']", timeout=30_000)  # the stored summaries
         page.fill("#token", "secret-token")
         page.dispatch_event("#token", "change")
@@ -149,4 +155,63 @@ def test_dashboard_shows_an_interrupted_run_and_continues_it(browser, make_setti
                                timeout=60_000)
         assert httpx.get(f"{srv.url}/api/simulation/status", timeout=60).json()["run_id"] == 1
         httpx.post(f"{srv.url}/api/simulation/stop", headers={"Authorization": "Bearer secret-token"}, timeout=60)
+        page.close()
+
+
+def test_dashboard_idle_narrow_starting_and_long_retrain_timeline(browser, make_settings, thread_server, monkeypatch):
+    """A 420 px wide page: no sideways scrolling; while idle no request fails (the Gantt is not
+    polled without a race) and the empty CDF's axis labels stay apart; a many-retrain timeline
+    keeps a few dots a row, none overlapping; after Start the header says the run is starting
+    until its first tasks are released; each state offers only the buttons that work in it."""
+    import threading
+
+    from hybridsched.service import engine
+    from tests.service.conftest import wait_for
+
+    gate = threading.Event()  # holds the race's first segment: the "starting" phase lasts until it opens
+    run = engine.Lane.run
+    monkeypatch.setattr(engine.Lane, "run", lambda self, seg: (gate.wait(60), run(self, seg))[1])
+    settings = make_settings(speed=0.0, segment_tasks=200, tick_s=0.1)
+    state = "document.getElementById('status').dataset.state"
+    with thread_server(create_app(settings)) as srv:
+        page = browser.new_page(viewport={"width": 420, "height": 900}, bypass_csp=True)  # the test's own JS probes
+        failed: list[str] = []
+        page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.goto(srv.url + "/")
+        page.wait_for_function(f"{state} === 'idle'", timeout=30_000)
+        page.wait_for_timeout(2500)  # the page's 1 s polls had their turns
+        assert not failed, failed
+        assert page.evaluate("document.documentElement.scrollWidth") <= 420
+        _tick_labels_do_not_overlap(page)  # the empty CDF axis (1 to 10 s) too
+        for b in ("#btn-pause", "#btn-resume", "#btn-stop", "#btn-continue"):
+            assert not page.is_visible(b), b
+        # 3,000 retrains over 900 simulated seconds: the timeline bins them, dots do not overlap
+        dots = page.evaluate("""(() => {
+            const events = [];
+            for (let i = 0; i < 3000; i++) events.push({ kind: 'retrain', policy: i % 2 ? 'greedy' : 'eft', sim_time: i * 0.3 });
+            onNotification({ events });
+            const c = window.hybridschedCharts.retrain; c.update();
+            return c.getDatasetMeta(0).data.map((e, i) => [e.x, e.y, e.options.radius, c.data.datasets[0].data[i].n]); })()""")
+        assert sum(d[3] for d in dots) == 3000 and len(dots) <= 2 * 48, len(dots)
+        for row in {d[1] for d in dots}:
+            xs = sorted((d[0], d[2]) for d in dots if d[1] == row)
+            assert all(b[0] - a[0] >= a[1] + b[1] for a, b in zip(xs, xs[1:])), xs
+        page.fill("#token", "secret-token")
+        page.dispatch_event("#token", "change")
+        page.click("#btn-start")
+        page.wait_for_function(f"{state} === 'running'", timeout=60_000)
+        status = page.text_content("#status")
+        assert page.get_attribute("#status", "data-phase") == "starting" and "compiling" in status, status
+        assert "0 tasks/s" not in status and httpx.get(f"{srv.url}/api/simulation/status").json()["phase"] == "starting"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 420
+        gate.set()
+        page.wait_for_function("document.getElementById('status').dataset.phase === 'racing'", timeout=60_000)
+        assert page.is_visible("#btn-pause") and page.is_visible("#btn-stop")
+        for b in ("#btn-start", "#btn-resume", "#btn-continue"):
+            assert not page.is_visible(b), b
+        page.click("#btn-stop")
+        page.wait_for_function(f"{state} === 'stopped'", timeout=60_000)
+        wait_for(lambda: page.is_visible("#btn-continue"), timeout=30)
+        assert page.is_visible("#btn-start") and not page.is_visible("#btn-resume")
+        assert not [f for f in failed if "/api/gantt" in f], failed
         page.close()

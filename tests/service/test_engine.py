@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hybridsched.devices import cluster_from_config
 from hybridsched.service.engine import Lane
@@ -86,3 +87,30 @@ def test_race_statistics_stay_bounded_over_a_long_race():
     ok = stats.recent_parts("ok", now)
     assert len(ok) and np.all(ok[:, 2] >= now - WINDOW_S)
     assert stats.by_policy["ok"].n == 60 * n  # the totals still count every task
+
+
+def test_online_replay_buffer_is_resident_from_the_start():
+    """The online DQN's replay buffer, the largest thing a race holds (2 x 50,000 x 45 floats,
+    34 MB, for the pipeline's model), is written through when the learner is built: the server's
+    RSS does not climb over the race's first 50,000 tasks as transitions land in untouched pages
+    (the service benchmark read that climb as memory growth)."""
+    import gc
+    from dataclasses import replace
+
+    psutil = pytest.importorskip("psutil")
+    from hybridsched.kinds.machine.dqn import DQNSettings
+    from hybridsched.rl.qnet import net_from_weights
+    from hybridsched.rl.qnet_train import CompiledLearner
+
+    S, H, A, cap = 64, 8, 5, 100_000  # 2 x 51 MB of states
+    rng = np.random.default_rng(0)
+    net = net_from_weights([rng.normal(size=(H, S)), np.zeros(H), rng.normal(size=(H, H)), np.zeros(H),
+                            rng.normal(size=(1, H)), np.zeros(1), rng.normal(size=(A, H)), np.zeros(A)])
+    gc.collect()
+    me = psutil.Process()
+    before = me.memory_info().rss
+    learner = CompiledLearner(net, replace(DQNSettings(), buffer_size=cap, hidden=H), rng)
+    grew = me.memory_info().rss - before
+    assert learner.states.nbytes + learner.next_states.nbytes == 2 * cap * S * 8
+    assert grew >= 0.9 * 2 * cap * S * 8, f"{grew / 2**20:.1f} MB resident of {2 * cap * S * 8 / 2**20:.1f} MB"
+    del learner

@@ -58,11 +58,14 @@ class CompiledLearner:
         self.grad = flat_net(self.gflat, net)
         n_state, hidden, n_actions = net.w1.shape[0], net.w1.shape[1], net.ba.shape[0]
         cap = int(settings.buffer_size)
-        self.states = np.zeros((cap, n_state))
-        self.next_states = np.zeros((cap, n_state))
-        self.actions = np.zeros(cap, dtype=np.int64)
-        self.rewards = np.zeros(cap)
-        self.dones = np.zeros(cap)
+        # written through at once (np.full, not np.zeros, whose pages the system maps in only as
+        # transitions land): the buffer is resident from the start, so a long online run (the
+        # live race) holds a flat RSS rather than one that climbs until the buffer is full
+        self.states = np.full((cap, n_state), 0.0)
+        self.next_states = np.full((cap, n_state), 0.0)
+        self.actions = np.full(cap, 0, dtype=np.int64)
+        self.rewards = np.full(cap, 0.0)
+        self.dones = np.full(cap, 0.0)
         self._cursor = 0
         self._size = 0
         # per-step work space: (h1, h2, q, target h1, h2, q, grad h1, h2, adv) + indices

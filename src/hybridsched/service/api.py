@@ -153,8 +153,10 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
 
     @router.get("/simulation/status", tags=["simulation"])
     async def status() -> dict[str, Any]:
-        """State, run, speed, simulated time, tasks, tasks/s (over the last 5 s of this run; 0 unless
-        running) and per-policy summary. After a restart the newest run shows as ``interrupted``
+        """State, ``phase`` (``starting`` from a start until its first tasks are released, while the
+        first segment loads the models and compiles the engine; then ``racing``; null without a
+        live run), run, speed, simulated time, tasks, tasks/s (over the last 5 s of this run; 0
+        unless running) and per-policy summary. After a restart the newest run shows as ``interrupted``
         (the server died during it) or ``stopped``, with ``resumable: true``: POST start with
         ``{"resume": true}`` continues it with its summaries and speed. Served from the Redis
         status cache when this process has no run and a cache is configured."""

@@ -194,6 +194,9 @@ class Race:
         # (monotonic t, total) samples of this run's releases, for tasks/s; reset at every start
         self._samples: deque[tuple[float, int]] = deque()
         self.resumable = False
+        # True from a start until its first tasks are released: the first segment builds the
+        # policies' models and compiles the engine's kernels (status "phase": "starting")
+        self._starting = False
         self._show_latest()
 
     def _show_latest(self) -> None:
@@ -301,6 +304,7 @@ class Race:
             self.store.set_status(run_id, "running")
             self.store.set_speed(run_id, self.speed)
             self.run_id, self.state, self.error, self.resumable = run_id, "running", None, False
+            self._starting = True
             self.total, self._since_update, self.sim_time = start_at, 0, sim_time
             self._samples.clear()
             self._samples.append((time.monotonic(), start_at))
@@ -402,10 +406,19 @@ class Race:
                 t0, n0 = t, n
             return max(0.0, (self.total - n0) / max(now - t0, 1e-3))
 
+    def phase(self) -> str | None:
+        """``starting`` while a started run has released nothing yet (its first segment builds the
+        models and compiles the kernels), ``racing`` after, None without a live run."""
+        with self._lock:
+            if self.state not in ("running", "paused"):
+                return None
+            return "starting" if self._starting else "racing"
+
     def status(self) -> dict[str, Any]:
         rate = self.tasks_per_s()
+        phase = self.phase()
         with self._lock:
-            return {"state": self.state, "run_id": self.run_id, "policies": self.policies, "speed": self.speed,
+            return {"state": self.state, "phase": phase, "run_id": self.run_id, "policies": self.policies, "speed": self.speed,
                     "sim_time": self.sim_time, "tasks": self.total, "tasks_per_s": rate, "error": self.error,
                     "resumable": self.resumable, "write_backlog": self.writer.backlog if self.writer else 0,
                     "summary": self.stats.summary() if self.stats else {},
@@ -418,7 +431,7 @@ class Race:
                 return None
             decided, self._since_update = self._since_update, 0
             stats = self.stats
-            return {"type": "simulation_update", "run_id": self.run_id, "state": self.state,
+            return {"type": "simulation_update", "run_id": self.run_id, "state": self.state, "phase": self.phase(),
                     "sim_time": self.sim_time, "speed": self.speed, "decided": decided, "tasks": self.total,
                     "tasks_per_s": self.tasks_per_s(), "resumable": self.resumable,
                     "policies": stats.summary(), "utilisation": stats.utilisation(self.sim_time),
@@ -563,6 +576,7 @@ class Race:
         with self._lock:
             self.total += hi - lo
             self._since_update += hi - lo
+            self._starting = False
             self.sim_time = max(self.sim_time, clock)
             self.stats.add_block(tasks["size"], tasks["intensity"], results)
             self.stats.trim(self.sim_time)  # the Gantt window only: nothing else grows with the run

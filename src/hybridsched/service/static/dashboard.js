@@ -10,7 +10,15 @@ tokenBox.addEventListener("change", () => sessionStorage.setItem("hybridsched-to
 let policies = [];
 let nDevices = 5;
 const utilHistory = [];  // {t, util: {policy: [per device]}}
-const retrains = [];     // {x: sim_time, y: policy index, policy}
+// the retrain timeline counts retrains per policy in time bins from 0 s: a row keeps at most
+// RETRAIN_BINS dots (dot size: retrains in the bin), and the bins double in width whenever the
+// run outgrows them, so a long run stays readable
+const RETRAIN_BINS = 48;
+let retrainBin = 1;                // bin width, simulated s
+const retrainCounts = new Map();   // policy -> Map(bin index -> retrains)
+const LIVE = new Set(["running", "paused"]);  // states with a race in memory (Gantt, Pause/Resume/Stop)
+let raceState = "unknown";         // the latest status's state
+let startPending = false;          // a Start or Continue request is on its way
 const WINDOW_S = 60;     // the utilisation and Gantt window (simulated s), as the server's stats.WINDOW_S
 let lastRate = null;     // tasks/s from the latest status or update: the header keeps it while running
 const mark = (chart) => { chart.canvas.dataset.drawn = "1"; };
@@ -18,11 +26,24 @@ const mark = (chart) => { chart.canvas.dataset.drawn = "1"; };
 function logTicks(value, index, ticks) {
   const lo = ticks[0] ? ticks[0].value : value, hi = ticks.length ? ticks[ticks.length - 1].value : value;
   const decades = Math.log10(Math.max(hi, 1e-12) / Math.max(lo, 1e-12));
-  const m = Math.round(value / Math.pow(10, Math.floor(Math.log10(value) + 1e-9)));
-  const keep = decades > 3 ? m === 1 : (m === 1 || m === 2 || m === 5);
+  // the mantissa itself, not rounded: an empty axis (1 to 10) has ticks at 1.1, 1.2, ... that
+  // would round to 1 and crowd the labels
+  const mant = value / Math.pow(10, Math.floor(Math.log10(value) + 1e-9));
+  const is = (m) => Math.abs(mant - m) < 1e-6 * m;
+  const keep = decades > 3 ? is(1) || is(10) : [1, 2, 5, 10].some(is);
   return keep ? Number(value.toPrecision(3)).toLocaleString("en-US", { maximumSignificantDigits: 3 }) : "";
 }
 const LOG_TICKS = { autoSkip: true, autoSkipPadding: 8, maxRotation: 0, callback: logTicks };
+// a retrain dot's radius: its area grows with the bin's count, and the largest dot stays within
+// its bin's width, so dots of one row never overlap
+function retrainRadius(ctx) {
+  const area = ctx.chart.chartArea;
+  const room = area ? (area.right - area.left) / RETRAIN_BINS / 2 - 0.5 : 4;
+  const rMax = Math.max(1.5, Math.min(6, room));
+  const top = ctx.chart.$retrainTop || 1;
+  const n = ctx.raw ? ctx.raw.n : 1;
+  return Math.min(rMax, 1 + (rMax - 1) * Math.sqrt(n / top));
+}
 const drawnPlugin = { id: "drawn", afterDraw(chart) { if (chart.$hasData) mark(chart); } };
 Chart.register(drawnPlugin);
 Chart.defaults.animation = false;
@@ -39,9 +60,12 @@ const charts = {
   util: new Chart($("chart-util"), { type: "line", data: { datasets: [] },
     options: { parsing: false, scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" },
                                               ticks: { maxRotation: 0, autoSkipPadding: 12 } }, y: { min: 0, max: 1 } } } }),
-  retrain: new Chart($("chart-retrain"), { type: "scatter", data: { datasets: [{ label: "retrain", data: [], pointRadius: 3 }] },
-    options: { plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "sim time (s)" } },
-      y: { ticks: { stepSize: 1, callback: (v) => policies[v] ?? "" }, min: -1 } } } }),
+  retrain: new Chart($("chart-retrain"), { type: "scatter", data: { datasets: [{ label: "retrains", data: [], pointRadius: retrainRadius }] },
+    options: { plugins: { legend: { display: false },
+                          tooltip: { callbacks: { label: (c) => `${c.raw.policy}: ${c.raw.n} retrain(s) in ${c.raw.lo}–${c.raw.hi} s` } } },
+      scales: { x: { type: "linear", min: 0, title: { display: true, text: "sim time (s)" },
+                     ticks: { maxRotation: 0, autoSkipPadding: 12, includeBounds: false } },
+                y: { ticks: { stepSize: 1, callback: (v) => policies[v] ?? "" }, min: -1 } } } }),
   gantt: new Chart($("chart-gantt"), { type: "bar", data: { labels: [], datasets: [{ label: "parts", data: [], backgroundColor: [] }] },
     options: { indexAxis: "y", parsing: { xAxisKey: "x", yAxisKey: "y" }, plugins: { legend: { display: false } },
       scales: { x: { type: "linear", title: { display: true, text: "sim time (s)" }, ticks: { maxRotation: 0, autoSkipPadding: 12 } },
@@ -60,18 +84,39 @@ function setPolicies(list) {
 }
 $("policy").addEventListener("change", () => { document.querySelectorAll(".pol").forEach((e) => (e.textContent = $("policy").value)); drawUtil(); gantt(); });
 
+// one button per thing that can be done in a state: Pause while running, Resume while paused,
+// Stop while either, Start otherwise, and Continue run N for a stopped or interrupted run
+function showControls(state, resumable, runId) {
+  const live = LIVE.has(state);
+  $("btn-start").hidden = live;
+  $("btn-start").disabled = startPending;
+  $("btn-pause").hidden = state !== "running";
+  $("btn-resume").hidden = state !== "paused";
+  $("btn-stop").hidden = !live;
+  const cont = $("btn-continue");
+  cont.hidden = live || !resumable;
+  cont.textContent = `Continue run ${runId ?? ""}`;
+}
+
 function showStatus(s) {
   const st = $("status");
   st.dataset.state = s.state;
+  raceState = s.state;
   if (s.tasks_per_s !== undefined && s.tasks_per_s !== null) lastRate = s.tasks_per_s;
-  const rate = s.state === "running" && lastRate !== null ? ` · ${Math.round(lastRate).toLocaleString("en-US")} tasks/s` : "";
   const resumable = s.resumable ? " · resumable" : "";
-  st.textContent = `${s.state} · run ${s.run_id ?? "-"} · ${(s.tasks ?? 0).toLocaleString("en-US")} tasks · sim ${(s.sim_time ?? 0).toFixed(1)} s · speed ${s.speed}${rate}${resumable}`;
+  // a run's first segment builds the policies' models and compiles the engine's kernels (tens of
+  // seconds on a server's first run): the header says so instead of "0 tasks · 0 tasks/s"
+  const starting = (startPending && !LIVE.has(s.state)) || (s.state === "running" && s.phase === "starting");
+  st.dataset.phase = starting ? "starting" : (s.phase ?? "");
+  if (starting) {
+    st.textContent = `starting · run ${s.run_id ?? "-"} · loading the policies and compiling the engine (the first run of a server takes tens of seconds)…`;
+  } else {
+    const rate = s.state === "running" && lastRate !== null ? ` · ${Math.round(lastRate).toLocaleString("en-US")} tasks/s` : "";
+    st.textContent = `${s.state} · run ${s.run_id ?? "-"} · ${(s.tasks ?? 0).toLocaleString("en-US")} tasks · sim ${(s.sim_time ?? 0).toFixed(1)} s · speed ${s.speed}${rate}${resumable}`;
+  }
   // a run left by a stopped or killed server can be continued (POST start {"resume": true})
-  const cont = $("btn-continue");
-  cont.hidden = !s.resumable;
-  cont.textContent = `Continue run ${s.run_id ?? ""}`;
-  if (s.state === "interrupted") $("message").textContent = `run ${s.run_id} was interrupted (the server stopped during it); Continue resumes it`;
+  showControls(s.state, s.resumable, s.run_id);
+  if (s.state === "interrupted") $("message").textContent = `run ${s.run_id} was interrupted (the server stopped during it); Continue run ${s.run_id} carries it on`;
   if (s.policies && s.policies.length) setPolicies(s.policies);
   if (s.summary && Object.keys(s.summary).length && !window.hybridschedUpdates) drawRace(s.summary);
 }
@@ -117,12 +162,35 @@ function drawUtil() {
   charts.util.update();
 }
 
+function addRetrain(policy, t) {
+  while (t >= RETRAIN_BINS * retrainBin) {  // the run outgrew the bins: merge them in pairs
+    retrainBin *= 2;
+    for (const [p, bins] of retrainCounts) {
+      const merged = new Map();
+      for (const [i, n] of bins) merged.set(Math.floor(i / 2), (merged.get(Math.floor(i / 2)) || 0) + n);
+      retrainCounts.set(p, merged);
+    }
+  }
+  if (!retrainCounts.has(policy)) retrainCounts.set(policy, new Map());
+  const bins = retrainCounts.get(policy), i = Math.floor(Math.max(t, 0) / retrainBin);
+  bins.set(i, (bins.get(i) || 0) + 1);
+}
+
 function drawRetrains() {
-  charts.retrain.data.datasets[0].data = retrains;
-  charts.retrain.data.datasets[0].backgroundColor = retrains.map((r) => COLORS[r.y % COLORS.length]);
-  charts.retrain.options.scales.y.max = Math.max(policies.length, 1);
-  charts.retrain.$hasData = retrains.length > 0;
-  charts.retrain.update();
+  const pts = [];
+  for (const [p, bins] of retrainCounts) {
+    const y = Math.max(0, policies.indexOf(p));
+    for (const [i, n] of bins) pts.push({ x: (i + 0.5) * retrainBin, y, n, policy: p, lo: i * retrainBin, hi: (i + 1) * retrainBin });
+  }
+  const c = charts.retrain;
+  c.data.datasets[0].data = pts;
+  c.data.datasets[0].backgroundColor = pts.map((r) => COLORS[r.y % COLORS.length]);
+  c.$retrainTop = Math.max(1, ...pts.map((r) => r.n));
+  c.options.scales.x.max = RETRAIN_BINS * retrainBin;
+  c.options.scales.y.max = Math.max(policies.length, 1);
+  $("retrain-bin").textContent = `${retrainBin.toLocaleString("en-US")} s`;
+  c.$hasData = pts.length > 0;
+  c.update();
 }
 
 function colourOf(share) {  // blue = CPU wins, orange = GPU wins, grey = no task
@@ -186,7 +254,7 @@ function drawWinLoss(w) {
 
 async function gantt() {
   const p = $("policy").value;
-  if (!p) return;
+  if (!p || !LIVE.has(raceState)) return;  // only a running or paused race has a Gantt window
   const r = await fetch(`/api/gantt?policy=${encodeURIComponent(p)}`);
   if (!r.ok) return;
   const g = await r.json();
@@ -207,7 +275,7 @@ function onUpdate(u) {
   window.hybridschedUpdates += 1;
   nDevices = (u.utilisation && Object.values(u.utilisation)[0] || []).length || nDevices;
   showStatus({ state: u.state, run_id: u.run_id, tasks: u.tasks, sim_time: u.sim_time, speed: u.speed,
-               policies: u.winloss.policies, tasks_per_s: u.tasks_per_s, resumable: u.resumable });
+               policies: u.winloss.policies, tasks_per_s: u.tasks_per_s, resumable: u.resumable, phase: u.phase });
   drawRace(u.policies);
   drawCdf(u.cdf);
   utilHistory.push({ t: u.sim_time, util: u.utilisation });
@@ -220,11 +288,10 @@ function onUpdate(u) {
 
 function onNotification(n) {
   for (const e of n.events) {
-    if (e.kind === "retrain") retrains.push({ x: e.sim_time, y: Math.max(0, policies.indexOf(e.policy)), policy: e.policy });
-    if (e.kind === "run_started") { retrains.length = 0; utilHistory.length = 0; }
+    if (e.kind === "retrain") addRetrain(e.policy, e.sim_time);
+    if (e.kind === "run_started") { retrainCounts.clear(); retrainBin = 1; utilHistory.length = 0; }
     if (e.kind === "error") $("message").textContent = e.message;
   }
-  while (retrains.length > 2000) retrains.shift();
   drawRetrains();
 }
 
@@ -254,11 +321,18 @@ async function refreshStatus() {
   if (r.ok) showStatus(await r.json());
 }
 
-$("btn-start").onclick = () => post("/api/simulation/start", { workload: $("workload").value || null, speed: Number($("speed").value) });
+// Start and Continue show "starting" at once: the answer comes once every policy is built
+async function start(body) {
+  startPending = true;
+  showStatus({ state: raceState, speed: Number($("speed").value) });
+  try { await post("/api/simulation/start", body); } finally { startPending = false; }
+  await refreshStatus();
+}
+$("btn-start").onclick = () => start({ workload: $("workload").value || null, speed: Number($("speed").value) });
 $("btn-pause").onclick = () => post("/api/simulation/pause");
 $("btn-resume").onclick = () => post("/api/simulation/resume");
 $("btn-stop").onclick = () => post("/api/simulation/stop");
-$("btn-continue").onclick = () => post("/api/simulation/start", { resume: true });
+$("btn-continue").onclick = () => start({ resume: true });
 $("btn-speed").onclick = () => post("/api/simulation/speed", { speed: Number($("speed").value) });
 
 for (const c of COLORS) {  // the Gantt legend's colour cycle
