@@ -16,8 +16,11 @@ from stages.common import check_group_options, run_stage
 # Said after a refusal under `dvc exp run -S ...` (the stage reads params.yaml): DVC has
 # already written the refused value into params.yaml and deleted this stage's output, so every
 # later `dvc repro` would fail too until both are restored (docs/bad-input.md, "Getting back").
-GET_BACK = ("; params.yaml keeps the refused value: `git checkout params.yaml metrics` "
-            "(or `dvc exp apply` of a good experiment) restores the last committed settings")
+# `git checkout params.yaml` may not restore it: DVC can leave git's index holding the committed
+# blob with the rewritten file's size and time, so git takes the file for unchanged.  `make
+# params` composes conf/ as `dvc exp run` does; the rerun check writes its output again.
+GET_BACK = ("; params.yaml keeps the refused value: `make params` recomposes it from conf/, "
+            "then `dvc repro` reruns this check")
 
 
 def refusal_hint() -> str:

@@ -15,6 +15,10 @@ from hybridsched.errors import HybridschedError
 from hybridsched.io import write_json
 
 
+# the exit status of a process ended by SIGINT (128 + 2), as shells report it
+INTERRUPTED = 130
+
+
 def as_dict(node: Any) -> Any:
     """A plain, resolved Python container for the library (which knows nothing of Hydra)."""
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
@@ -87,13 +91,18 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
     except HybridschedError as e:
         print(f"error: {e}{hint}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        # Ctrl-C: every output is written atomically, so what is on disk is whole (old or new)
+        print("interrupted", file=sys.stderr)
+        sys.exit(INTERRUPTED)
     except OSError as e:
         import errno
 
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
             raise
         # a read-only metrics/ (or a full disk) is the user's setup, not a bug: one line
-        print(f"error: {e.filename}: cannot write ({e.strerror})", file=sys.stderr)
+        where = f"{e.filename}: " if e.filename is not None else ""
+        print(f"error: {where}cannot write ({e.strerror})", file=sys.stderr)
         sys.exit(1)
     if job is not None:
         from hydra.core.hydra_config import HydraConfig
@@ -131,7 +140,8 @@ def hydra_error_line(e: BaseException) -> str:
 
 def one_line_hydra_errors() -> None:
     """Make a bad override (``workload.rte=5``, ``workload.rate=[1,2``) end the process with
-    ``error: ...`` on one line and exit code 1, instead of Hydra's five lines.  Hydra re-raises
+    ``error: ...`` on one line and exit code 1, instead of Hydra's five lines, and Ctrl-C
+    outside the stage function print ``interrupted``, not a traceback.  Hydra re-raises
     its errors with HYDRA_FULL_ERROR=1; an exception hook prints those in one line and leaves
     every other exception's traceback as it was."""
     import os
@@ -145,6 +155,9 @@ def one_line_hydra_errors() -> None:
 
         if isinstance(value, HydraException | OmegaConfBaseException):
             print(f"error: {hydra_error_line(value)}", file=sys.stderr)
+            return
+        if isinstance(value, KeyboardInterrupt):  # Ctrl-C outside the stage function
+            print("interrupted", file=sys.stderr)
             return
         previous(kind, value, tb)
 

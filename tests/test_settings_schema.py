@@ -85,10 +85,10 @@ BAD = [
     (["fgd.policies.fgd.coverage=2"], "fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"),
     # sizes that cannot fit in memory, refused before allocating
     (["workload.n_test=100000000"],
-     "workload.n_test=100000000: needs about 856.8 GiB of memory, more than the 16.0 GiB available; "
+     "workload.n_test=100000000: needs about 856.8 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); "
      "use a smaller value or sim.stream.enabled=true"),
     (["workload=serving", "serving.max_batch=100000000"],
-     "serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 16.0 GiB available; "
+     "serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); "
      "use a smaller value"),
     # policy parameters have declared ranges
     (["policies.machine.random.gpu_fractions=[0.0]"],
@@ -118,6 +118,25 @@ BAD = [
     (["workload.rate=null"], "workload.rate: must be a number > 0, got None"),
     (["+workload.test.rate=-1"], "workload.test.rate: must be a number > 0, got -1"),
     (["sim.policies.machine=[eft,eft]"], "sim.policies.machine: a machine policy name is listed twice in ['eft', 'eft']"),
+    # seeds the libraries take (numpy, scikit-learn, Optuna: below 2**32; torch: below 2**64)
+    (["dqn.seed=18446744073709551616"], "dqn.seed: must be an integer in [0, 2147483647], got 18446744073709551616"),
+    (["tune.seed=4294967296"], "tune.seed: must be an integer in [0, 2147483647], got 4294967296"),
+    (["rf.random_forest.n_jobs=0"], "rf.random_forest.n_jobs: must be a non-zero integer (-1: every core), got 0"),
+    (["dqn.buffer_size=100000000000"],
+     "dqn.buffer_size=100000000000: needs about 7450.6 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); "
+     "use a smaller value"),
+    (["profile.sizes=[100000]"],
+     "profile.sizes=[100000]: needs about 111.8 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); use a smaller value"),
+    # Optuna's storage: a journal file, or a database URL that can be used now
+    (["tune.storage=foo://x"],
+     "tune.storage: unknown database scheme 'foo'; use a journal file path or a sqlite://, postgresql://, mysql:// URL"),
+    (["tune.storage=sqlite:////no/such/folder/study.db"],
+     "tune.storage: folder '/no/such/folder' of the sqlite file does not exist"),
+    (["tune.storage=postgresql+psycopg://tune:pw@127.0.0.1:1/tune"],
+     "tune.storage: cannot reach the database server at 127.0.0.1:1 (Connection refused)"),
+    # a workload setting of another kind
+    (["+workload.trace_path=x.csv"],
+     "workload.trace_path: not read by the machine kind (a setting of the serving kind's workloads)"),
 ]
 
 
@@ -138,6 +157,14 @@ def test_a_test_split_mix_is_checked_like_the_workload_mix():
     cfg["workload"]["test"]["mix"]["models"] = {"resnet18": 0.5}
     with pytest.raises(HybridschedError, match=r"workload.test.mix.models: shares must sum to 1, got 0.5"):
         check_settings(cfg)
+
+
+def test_a_memory_budget_that_is_not_a_number_is_one_line(monkeypatch):
+    monkeypatch.setenv("HYBRIDSCHED_MEMORY_BYTES", "abc")
+    with pytest.raises(HybridschedError) as e:
+        check_settings(compose_run().cfg)
+    assert str(e.value) == "HYBRIDSCHED_MEMORY_BYTES: must be a number of bytes > 0, got 'abc'"
+    assert_documented(str(e.value))
 
 
 def test_memory_check_passes_the_default_sizes(monkeypatch):
@@ -171,5 +198,81 @@ def test_check_stage_under_dvc_says_how_to_get_back(tmp_path):
     assert r.returncode == 1
     line = r.stderr.strip()
     assert line == ("error: workload.intensity_range: low must be <= high, got [0.9, 0.1]; params.yaml keeps the "
-                    "refused value: `git checkout params.yaml metrics` (or `dvc exp apply` of a good experiment) "
-                    "restores the last committed settings"), line
+                    "refused value: `make params` recomposes it from conf/, then `dvc repro` reruns this check"), line
+
+
+def test_the_printed_way_back_restores_params_after_a_refused_exp_run(tmp_path):
+    """The user's path in a scratch git copy: `dvc exp run -S` refused at `check` (DVC has
+    rewritten params.yaml, same size, and deleted check's output), the command the error line
+    names, run as printed, then `dvc repro check` passes and params.yaml is the committed one."""
+    import re
+
+    from tests.file_access import run, scratch_copy
+
+    root = scratch_copy(tmp_path)
+    committed = (root / "params.yaml").read_text()
+    r = run("dvc", "exp", "run", "-S", "workload.intensity_range=[0.9,0.1]", cwd=root, timeout=300)
+    assert r.returncode != 0
+    line = next(x for x in (r.stdout + r.stderr).splitlines() if x.startswith("error: workload.intensity_range"))
+    assert (root / "params.yaml").read_text() != committed
+    cmd = re.search(r"params.yaml keeps the refused value: `([^`]+)`", line).group(1).split()
+    if cmd[0] == "make":  # the test's interpreter, and no venv (re)build in the copy (as test_docs_commands)
+        cmd[1:1] = ["-o", ".venv/.installed", f"PY={sys.executable}"]
+    back = run(*cmd, cwd=root, timeout=120)
+    assert back.returncode == 0, back.stderr[-2000:]
+    assert (root / "params.yaml").read_text() == committed
+    assert_documented(line)
+    assert "then `dvc repro`" in line, line
+    again = run("dvc", "repro", "check", cwd=root, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert (root / "metrics" / "config_check.json").is_file()
+    assert run("git", "status", "--porcelain", "params.yaml", "metrics", cwd=root).stdout == ""
+
+
+def test_every_stage_after_check_depends_on_its_output():
+    """Each stage of dvc.yaml but `check` lists check's output among its own deps, so DVC runs
+    `check` first and a refused setting stops the run before any stage's outputs are deleted."""
+    import yaml
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    out = next(iter(stages["check"]["outs"][0]))
+    assert out == "metrics/config_check.json"
+    missing = sorted(name for name, stage in stages.items() if name != "check" and out not in stage.get("deps", []))
+    assert not missing, f"stages of dvc.yaml that can run without `check`: {missing}"
+
+
+def _check_refuses(*overrides: str) -> str:
+    """The one line the check stage's checks (in process) refuse ``overrides`` with."""
+    from hybridsched.settings_schema import check_run
+
+    with pytest.raises(HybridschedError) as e:
+        check_run(compose_run(*overrides))
+    line = str(e.value)
+    assert_one_plain_line(line)
+    return line
+
+
+@pytest.mark.parametrize("override, message", [
+    ("fgd.policies.fgd.coverage=2", "fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"),
+    ("fgd.report_x=[200]", "fgd.report_x/table_x/headline_from_x/figure_from_x: [60, 80, 90, 95, 100, 110, 120, 130, "
+                           "200] must be within [0, 130] (100 x inflation)"),
+    ("fgd.pod_list=FILE", "fgd.pod_list: file 'FILE' not found (the public traces are under paths.traces or "
+                          "$HYBRIDSCHED_TRACES, see docs/traces.md)"),
+])
+def test_check_refuses_what_the_fgd_stage_would(override, message, tmp_path):
+    """The fgd_atc23 stage's settings and files are checked by `check`, before DVC deletes the
+    stage's outputs: a range, a rule across settings, a missing pod list."""
+    path = str(tmp_path / "no_such_pods.csv")
+    line = _check_refuses(override.replace("FILE", path)).replace(path, "FILE")
+    assert line == message
+    assert_documented(message)
+
+
+def test_check_reads_a_workload_file_as_generate_does(tmp_path):
+    """`workload=file`: `check` reads the task file with generate's reader (header, types,
+    ranges), not only its existence."""
+    path = tmp_path / "mine.csv"
+    path.write_text("task_id,arrival,size,intensity,memory_mb\n0,0.0,1.0,0.5,100\n1,1.0,1.0,1.5,100\n")
+    line = _check_refuses("workload=file", f"workload.path={path}").replace(str(path), "FILE")
+    assert line == "FILE: column 'intensity': 1 value(s) not in [0, 1] (first at row 1: 1.5)"
+    assert_documented(line)

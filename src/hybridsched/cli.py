@@ -19,6 +19,10 @@ import sys
 from hybridsched.errors import HybridschedError
 
 
+# uvicorn's log levels (uvicorn.config.LOG_LEVELS)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
@@ -31,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
     from hybridsched.service.persistence import Store
     from hybridsched.service.settings import check_policies, leave_out_missing_models, load_settings
 
+    if args.log_level.lower() not in LOG_LEVELS:  # uvicorn's own check is a KeyError traceback
+        raise HybridschedError(f"--log-level: must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
     settings = load_settings(args.overrides, host=args.host, port=args.port)
     check_policies(settings)
     # a policy whose model is missing is left out (one warning line), unless it was asked for

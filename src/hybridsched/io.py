@@ -18,17 +18,56 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+def check_output_dir(path: str | os.PathLike[str], setting: str | None = None) -> None:
+    """Refuse (HybridschedError, one line naming ``setting`` when given and the path) an output
+    folder that is an existing file or lies under one: a stage swaps its output folder in whole,
+    which would replace the file."""
+    from hybridsched.errors import HybridschedError
+
+    p = Path(path)
+    for q in (p, *p.parents):
+        if q.is_dir():
+            return  # an existing folder: everything above it is a folder too
+        if q.exists() or q.is_symlink():
+            where = "is an existing file" if q == p else f"lies under {q}, an existing file"
+            raise HybridschedError(f"{setting + ': ' if setting else ''}{p} {where}, not a folder "
+                                   f"(a stage writes a folder there; choose another path)")
+
+
+@contextlib.contextmanager
+def _naming_target(temp: str, target: Path) -> Iterator[None]:
+    """An OSError about a hidden temp path (``temp``, a path inside it, or one starting with it),
+    or about no file at all (a write to a full disk), names ``target`` instead: a read-only or
+    full metrics/ is reported as the file the user knows, not as
+    ``metrics/.config_check.json.XXXX.json`` or ``None``."""
+    try:
+        yield
+    except OSError as e:
+        name = os.path.abspath(os.fsdecode(e.filename)) if isinstance(e.filename, str | bytes) else None
+        temp = os.path.abspath(temp)  # mkstemp joins a relative folder as given ('./.x.json.k2j4'): compare whole paths
+        if name is not None and name.startswith(temp):
+            inside = name[len(temp):].lstrip(os.sep) if name.startswith(temp + os.sep) else ""
+            e.filename = str(target / inside) if inside else str(target)
+            e.filename2 = None
+        elif e.filename is None:  # a write to a full disk names no file: it is the target's
+            e.filename = str(target)
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path beside ``path``; rename it onto ``path`` only if the block succeeds."""
     target = Path(path)
+    check_output_dir(target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    with _naming_target(str(target.parent / f".{target.name}."), target):
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artifacts get the usual mode
     try:
-        yield Path(tmp)
-        os.replace(tmp, target)
+        with _naming_target(tmp, target):
+            yield Path(tmp)
+            os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -64,6 +103,28 @@ def json_safe(obj: Any, fallback: Any = None) -> Any:
 def json_text(obj: Any, fallback: Any = None) -> str:
     """Indented strict JSON of ``obj`` (see :func:`json_safe`), with a final newline."""
     return json.dumps(json_safe(obj, fallback), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+def check_finite(obj: Any, where: str | os.PathLike[str], name: str = "") -> None:
+    """Refuse (HybridschedError, one line naming ``where`` and the metric) the first NaN or
+    infinity in ``obj``: a dict (keys join ``name`` with dots), list, DataFrame (``row.column``),
+    numpy array or number.  A metrics file must not hold one (``write_json`` would write it as
+    ``null``, a csv as an empty cell or ``inf``), so a producer checks before it writes."""
+    from hybridsched.errors import HybridschedError
+
+    if isinstance(obj, pd.DataFrame):
+        obj = {str(r): row for r, row in obj.to_dict(orient="index").items()}
+    if isinstance(obj, np.ndarray | np.generic):
+        obj = obj.tolist()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            check_finite(v, where, f"{name}.{k}" if name else str(k))
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            check_finite(v, where, f"{name}[{i}]")
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        raise HybridschedError(f"{where}: metric {name or 'value'} is {obj} (not a finite number; "
+                               f"nothing of it was written)")
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -139,20 +200,23 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     import shutil
 
     target = Path(path)
+    check_output_dir(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_dirs(target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+    with _naming_target(str(target.parent / f".{target.name}.tmp-"), target):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700
     try:
-        yield tmp
-        if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        with _naming_target(str(tmp), target):
+            yield tmp
+            if target.exists():
+                old = target.with_name(f".{target.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(target, old)
+                os.replace(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -165,14 +229,17 @@ def staged_files(dest: str | os.PathLike[str]) -> Iterator[Path]:
     import shutil
 
     target = Path(dest)
+    check_output_dir(target)
     target.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".staging.", dir=target))
+    with _naming_target(str(target / ".staging."), target):
+        tmp = Path(tempfile.mkdtemp(prefix=".staging.", dir=target))
     try:
-        yield tmp
-        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            final = target / f.relative_to(tmp)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(f, final)
+        with _naming_target(str(tmp), target):
+            yield tmp
+            for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+                final = target / f.relative_to(tmp)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(f, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

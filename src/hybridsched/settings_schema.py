@@ -44,6 +44,12 @@ def show(value: Any) -> str:
     return str(value)
 
 
+def _bound(x: float) -> str:
+    """A rule's bound as written: ``0.5``, ``100``, and a large whole number in full
+    (``2147483647``, not ``2.14748e+09``)."""
+    return str(int(x)) if abs(x) >= 1e6 and x == int(x) else f"{x:g}"
+
+
 def _number(value: Any) -> float | None:
     """The value as a finite float, or None where it is not a number (text, bool, NaN, inf)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -63,8 +69,8 @@ class Num:
     null: bool = False
 
     def describe(self, cfg: Config | None = None) -> str:
-        parts = [f">= {self.ge:g}" if self.ge is not None else "", f"> {self.gt:g}" if self.gt is not None else "",
-                 f"<= {self.le:g}" if self.le is not None else "", f"< {self.lt:g}" if self.lt is not None else ""]
+        parts = [f">= {_bound(self.ge)}" if self.ge is not None else "", f"> {_bound(self.gt)}" if self.gt is not None else "",
+                 f"<= {_bound(self.le)}" if self.le is not None else "", f"< {_bound(self.lt)}" if self.lt is not None else ""]
         lo, hi = [p for p in parts[:2] if p], [p for p in parts[2:] if p]
         noun = "an integer" if self.integer else "a number"
         if lo and hi:
@@ -72,7 +78,7 @@ class Num:
             right = "]" if self.le is not None else ")"
             a = self.ge if self.ge is not None else self.gt
             b = self.le if self.le is not None else self.lt
-            text = f"{noun} in {left}{a:g}, {b:g}{right}"
+            text = f"{noun} in {left}{_bound(a)}, {_bound(b)}{right}"
         else:
             text = " ".join([noun, *lo, *hi])
         return text + (" or null" if self.null else "")
@@ -89,6 +95,85 @@ class Num:
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         if not self.ok(value):
             raise HybridschedError(f"{key}: must be {self.describe()}, got {show(value)}")
+
+
+@dataclass(frozen=True)
+class NonZeroInt(Num):
+    """A worker count in joblib's and Optuna's sense: ``n`` workers, or ``-1`` (``-k``) for every
+    core (but k - 1); 0 has no meaning there."""
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return "a non-zero integer (-1: every core)"
+
+    def ok(self, value: Any) -> bool:
+        return super().ok(value) and value != 0
+
+
+@dataclass(frozen=True)
+class Storage:
+    """``tune.storage``: an Optuna journal file path, or a database URL whose scheme SQLAlchemy
+    knows (``sqlite:///FILE`` in an existing folder, ``postgresql://``, ``mysql://``), whose
+    driver is installed and, for a server, whose host answers within :data:`CONNECT_TIMEOUT_S`."""
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return "a journal file path or a sqlite:///, postgresql:// or mysql:// URL"
+
+    def __call__(self, key: str, value: Any, cfg: Config) -> None:
+        Text()(key, value, cfg)
+        if "://" not in value:
+            return  # a journal file: its folder is made when the study opens
+        scheme = value.split("://", 1)[0]
+        dialect = scheme.split("+", 1)[0]
+        if dialect not in DB_SCHEMES:
+            raise HybridschedError(f"{key}: unknown database scheme {scheme!r}; use a journal file path or a "
+                                   f"{', '.join(s + '://' for s in DB_SCHEMES)} URL")
+        from sqlalchemy import create_engine
+        from sqlalchemy.engine import make_url
+
+        try:
+            url = make_url(value)
+            create_engine(url)  # imports the driver; connects to nothing
+        except Exception as e:  # noqa: BLE001 - a malformed URL or a missing driver: one line
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise HybridschedError(f"{key}: cannot use the {scheme}:// URL ({type(e).__name__}: {first})") from None
+        if dialect == "sqlite":
+            folder = os.path.dirname(os.path.abspath(url.database)) if url.database else None
+            if folder and url.database != ":memory:" and not os.path.isdir(folder):
+                raise HybridschedError(f"{key}: folder {folder!r} of the sqlite file does not exist")
+            return
+        import socket
+
+        host, port = url.host or "localhost", url.port or DB_PORTS[dialect]
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as e:
+            raise HybridschedError(f"{key}: cannot reach the database server at {host}:{port} "
+                                   f"({e.strerror or type(e).__name__})") from None
+
+
+# tune.storage's database URLs: SQLAlchemy dialects Optuna's RDB storage is tested with, their
+# servers' default ports, and how long the check waits for one to answer
+DB_SCHEMES = ("sqlite", "postgresql", "mysql")
+DB_PORTS = {"postgresql": 5432, "mysql": 3306}
+CONNECT_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class NotFor:
+    """A workload setting of some kinds only: refused under a built-in kind none of whose
+    stages reads it (``+workload.trace_path=...`` with the machine kind is a mistake)."""
+
+    kinds: tuple[str, ...]  # the kinds that do not read it
+    rule: Any
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return describe(self.rule, cfg)
+
+    def __call__(self, key: str, value: Any, cfg: Config) -> None:
+        kind = (cfg.get("workload") or {}).get("kind")
+        if key.startswith("workload.") and kind in self.kinds:
+            raise HybridschedError(f"{key}: not read by the {kind} kind (a setting of the serving kind's workloads)")
+        self.rule(key, value, cfg)
 
 
 @dataclass(frozen=True)
@@ -174,6 +259,21 @@ class Text:
             return
         if not isinstance(value, str) or not value:
             raise HybridschedError(f"{key}: must be a non-empty string{' or null' if self.null else ''}, got {show(value)}")
+
+
+@dataclass(frozen=True)
+class OutDir(Text):
+    """A folder a stage writes (and swaps in whole): a non-empty string that is not an existing
+    file nor a path under one, which the swap would replace."""
+
+    def describe(self, cfg: Config | None = None) -> str:
+        return "a folder path (not an existing file)"
+
+    def __call__(self, key: str, value: Any, cfg: Config) -> None:
+        super().__call__(key, value, cfg)
+        from hybridsched.io import check_output_dir
+
+        check_output_dir(value, key)
 
 
 @dataclass(frozen=True)
@@ -296,12 +396,16 @@ POS = Num(gt=0)
 NONNEG = Num(ge=0)
 POS_INT = Num(ge=1, integer=True)
 NONNEG_INT = Num(ge=0, integer=True)
-SEED = NONNEG_INT
+# numpy's legacy generator, scikit-learn and Optuna's samplers take seeds below 2**32; a stage
+# adds a worker, episode or size number to some seeds, hence the margin
+SEED = Num(ge=0, le=2**31 - 1, integer=True)
+SERVING_ONLY = ("machine", "cluster")
 FRACTION = Num(gt=0, le=1)      # (0, 1]
 UNIT = Num(ge=0, le=1)          # [0, 1]
 OPEN_UNIT = Num(gt=0, lt=1)     # (0, 1)
 ANY_NUM = Num()
 PATH = Text()
+OUT_DIR = OutDir()
 FLAG = Bool()
 # a search space bound of tune.spaces: {low, high, log, int} or [low, high] (or {choices: [...]})
 SPACE_BOUND = Num(ge=0)
@@ -316,6 +420,10 @@ SCHEMA: dict[str, Rule] = {
     "tracking.experiment": Text(),
     "policy": Text(null=True),
     "use_tuned": FLAG,
+    "paths.workload_dir": OUT_DIR,  # folders a stage writes whole: never an existing file
+    "paths.traces_dir": OUT_DIR,
+    "paths.metrics_dir": OUT_DIR,
+    "paths.tuned": OUT_DIR,
     "paths.*": PATH,
     # cluster: the machine kind's devices, power and price (also read by the other kinds)
     "cluster.source": Choice(("config", "profile")),
@@ -328,7 +436,8 @@ SCHEMA: dict[str, Rule] = {
     "cluster.gpu_speedup_exponent": POS,
     "cluster.launch_s": NONNEG,
     "cluster.transfer_mb_per_s": POS,
-    "cluster.noise_sigma": NONNEG,
+    # a lognormal of mean 1 has median exp(-sigma²/2): past 3 nearly every run time is ~0
+    "cluster.noise_sigma": Num(ge=0, le=3),
     "cluster.*_w": NONNEG,
     "cluster.price_per_kwh": NONNEG,
     # workload (union over conf/workload/*.yaml; workload.test.X takes the rule of workload.X)
@@ -362,19 +471,19 @@ SCHEMA: dict[str, Rule] = {
     "workload.nodes.sample.seed": SEED,
     "workload.nodes.sample.min_per_model": NONNEG_INT,
     "workload.arrival": Choice(("poisson", "gamma", "replay")),
-    "workload.cv": POS,
-    "workload.trace_path": PATH,
-    "workload.time_column": Text(),
-    "workload.size_column": Text(null=True),
-    "workload.tokens_per_sample": POS_INT,
-    "workload.max_request_size": POS_INT,
-    "workload.request_size": POS_INT,
+    "workload.cv": NotFor(SERVING_ONLY, POS),
+    "workload.trace_path": NotFor(SERVING_ONLY, PATH),
+    "workload.time_column": NotFor(SERVING_ONLY, Text()),
+    "workload.size_column": NotFor(SERVING_ONLY, Text(null=True)),
+    "workload.tokens_per_sample": NotFor(SERVING_ONLY, POS_INT),
+    "workload.max_request_size": NotFor(SERVING_ONLY, POS_INT),
+    "workload.request_size": NotFor(SERVING_ONLY, POS_INT),
     "workload.mix.models": Shares(_keys("serving", "models"), "model"),
     "workload.mix.classes": Shares(_keys("serving", "classes"), "class"),
     "workload.mix.backends": Shares(_keys("serving", "backends"), "backend"),
     "workload.mix.precisions": Shares(_keys("serving", "precisions"), "precision"),
-    "workload.slo.rule": Choice(("factor", "absolute_ms")),
-    "workload.slo.*": POS,
+    "workload.slo.rule": NotFor(SERVING_ONLY, Choice(("factor", "absolute_ms"))),
+    "workload.slo.*": NotFor(SERVING_ONLY, POS),
     # sim
     "sim.seed": SEED,
     "sim.dispatch": Choice(("all", "arrival", "ordered", "late")),
@@ -394,15 +503,16 @@ SCHEMA: dict[str, Rule] = {
     "sim.policies.serving": Names(_policies("serving"), "serving policy name"),
     # rf
     "rf.model": Choice(("random_forest", "xgboost")),
-    "rf.model_dir": PATH,
+    "rf.model_dir": OUT_DIR,
     "rf.seed": SEED,
     "rf.test_fraction": OPEN_UNIT,
     "rf.importance_repeats": POS_INT,
+    "rf.max_train_rows": Num(ge=2, integer=True),
     "rf.random_forest.n_estimators": POS_INT,
     "rf.random_forest.max_depth": Num(ge=1, integer=True, null=True),
     "rf.random_forest.min_samples_leaf": POS_INT,
     "rf.random_forest.max_features": FRACTION,
-    "rf.*.n_jobs": Num(integer=True),
+    "rf.*.n_jobs": NonZeroInt(integer=True),
     "rf.xgboost.n_estimators": POS_INT,
     "rf.xgboost.max_depth": POS_INT,
     "rf.xgboost.learning_rate": POS,
@@ -410,7 +520,7 @@ SCHEMA: dict[str, Rule] = {
     "rf.xgboost.subsample": FRACTION,
     "rf.xgboost.colsample_bytree": FRACTION,
     # dqn (machine kind) and its cluster / serving counterparts
-    "dqn.model_dir": PATH,
+    "dqn.model_dir": OUT_DIR,
     "dqn.fractions": Nums(FRACTION),
     "dqn.tau": FRACTION,
     "dqn.alpha": UNIT,
@@ -418,7 +528,7 @@ SCHEMA: dict[str, Rule] = {
     "dqn.max_grad_norm": POS,
     "dqn.observe_every": POS_INT,
     # cem: the search, and what each kind trains on
-    "cem.model_dir": PATH,
+    "cem.model_dir": OUT_DIR,
     "cem.seed": SEED,
     "cem.population": Num(ge=2, integer=True),
     "cem.generations": POS_INT,
@@ -492,7 +602,7 @@ SCHEMA: dict[str, Rule] = {
     "train_late.cluster.learned_queue.node_search": Choice(("all", "fade")),
     # train_late (machine kind; kinds/machine/late_train.py): a trainer's own settings are checked
     # by its settings class when the stage runs
-    "train_late.model_dir": PATH,
+    "train_late.model_dir": OUT_DIR,
     "train_late.policies": Names(lambda cfg: ["cem_late", "dqn_late", "pg_late"], "learned late policy"),
     "train_late.base": Text(),
     "train_late.workers": POS_INT,
@@ -515,11 +625,11 @@ SCHEMA: dict[str, Rule] = {
     # tune
     "tune.target": Text(),
     "tune.n_trials": POS_INT,
-    "tune.n_jobs": Num(integer=True),  # -1: every core (Optuna)
+    "tune.n_jobs": NonZeroInt(integer=True),  # -1: every core (Optuna)
     "tune.objectives": Names(None, "metric"),
     "tune.pruning": FLAG,
     "tune.seed": SEED,
-    "tune.storage": Text(null=True),
+    "tune.storage": Storage(),
     "tune.validation_fraction": OPEN_UNIT,
     "tune.dqn_episodes": POS_INT,
     "tune.heuristic_trials": POS_INT,
@@ -535,7 +645,7 @@ SCHEMA: dict[str, Rule] = {
     "load_sweep.n_tasks": Num(ge=2, integer=True),
     "load_sweep.lp": FLAG,
     "load_sweep.seed": SEED,
-    "load_sweep.out": PATH,
+    "load_sweep.out": OUT_DIR,
     "load_sweep.policies": Names(_policies("machine"), "machine policy name", null=True),
     # scenarios (the per-scenario report, stages/scenarios.py); scenarios.workloads.<name>.* take
     # workload.*'s rules (rule_for)
@@ -592,12 +702,12 @@ SCHEMA: dict[str, Rule] = {
     "serving.predictor.n_estimators": POS_INT,
     "serving.predictor.test_batches": Nums(POS_INT, min_len=0),
     "serving.predictor.use": Choice(("learned", "table")),
-    "serving.predictor.model_dir": PATH,
+    "serving.predictor.model_dir": OUT_DIR,
     "serving.predictor.seed": SEED,
     "serving.tune.n_trials": POS_INT,
     "serving.tune.objective": Choice(("slo_attainment", "goodput_rps")),
     "serving.tune.validation_fraction": OPEN_UNIT,
-    "serving.tune.dir": PATH,
+    "serving.tune.dir": OUT_DIR,
     "serving.tune.seed": SEED,
     "serving.real.enabled": FLAG,
     "serving.real.duration_s": POS,
@@ -707,7 +817,7 @@ DQN_COMMON: dict[str, Rule] = {
     "seed": SEED,
 }
 SCHEMA.update({f"{prefix}.{k}": r for prefix in ("dqn", "nodes.dqn", "serving.dqn") for k, r in DQN_COMMON.items()})
-SCHEMA["serving.dqn.model_dir"] = PATH
+SCHEMA["serving.dqn.model_dir"] = OUT_DIR
 
 # Dict-valued settings checked whole by their rule (not walked key by key).
 WHOLE = (*(k for k, r in SCHEMA.items() if isinstance(r, Shares)), "serving.real.mix")
@@ -797,25 +907,65 @@ BYTES_PER_TASK_AND_POLICY = 300
 # serving: a (variants x max_batch + 1) float64 latency table; the profile's and the
 # predictor's, and interpolation temporaries
 SERVING_TABLE_COPIES = 4
+# a DQN's replay buffer, allocated whole (rl/replay.py): state and next state (float32, at least
+# 8 features each), action, reward and done; a lower bound per transition
+DQN_BYTES_PER_TRANSITION = 2 * 8 * 4 + 8 + 4 + 4
+# the profile stage's matmul holds three n x n matrices (a, b, out) of profile.dtype
+PROFILE_MATRICES = 3
+# a workload file (workload.path, workload.trace_path): the validate stage's expectation suite
+# peaked at 12.8 GB RSS on a 2-million-row task file, ~6,400 B per row, the most of any stage
+# (train_rf's forest is bounded by rf.max_train_rows)
+VALIDATE_BYTES_PER_ROW = 6_400
+# the rows of a csv file are estimated from the mean length of the lines in its first bytes
+ROW_SAMPLE_BYTES = 64 * 1024
+# refuse above this share of the available memory: the estimates are of the largest arrays,
+# and the interpreter, libraries and temporaries need the rest
+MEMORY_MARGIN = 0.7
 
 
 def available_memory() -> int:
     """Bytes this process may still allocate: ``$HYBRIDSCHED_MEMORY_BYTES`` if set, else the
     system's available memory (``MemAvailable``), else 8 GiB."""
-    if os.environ.get("HYBRIDSCHED_MEMORY_BYTES"):
-        return int(float(os.environ["HYBRIDSCHED_MEMORY_BYTES"]))
+    raw = os.environ.get("HYBRIDSCHED_MEMORY_BYTES")
+    if raw:
+        try:
+            n = float(raw)
+        except ValueError:
+            n = math.nan
+        if not (math.isfinite(n) and n > 0):
+            raise HybridschedError(f"HYBRIDSCHED_MEMORY_BYTES: must be a number of bytes > 0, got {raw!r}")
+        return int(n)
+    found: list[int] = []
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    found.append(int(line.split()[1]) * 1024)
     except OSError:
         pass
-    return 8 * 2**30
+    room = cgroup_memory_room()
+    if room is not None:  # a container's limit, which MemAvailable does not show
+        found.append(room)
+    return min(found) if found else 8 * 2**30
+
+
+def cgroup_memory_room(root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes left under this process's cgroup (v2) memory limit, or None where there is none."""
+    try:
+        with open(f"{root}/memory.max") as f:
+            limit = f.read().strip()
+        if limit == "max":
+            return None
+        with open(f"{root}/memory.current") as f:
+            used = int(f.read().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
 
 
 def gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    """Bytes as GiB, or as MiB below 1 GiB (a small budget reads ``5.6 MiB``, not ``0.0 GiB``)."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def memory_estimate(cfg: Config) -> dict[str, float]:
@@ -836,28 +986,90 @@ def memory_estimate(cfg: Config) -> dict[str, float]:
     if kind == "serving" and mb:
         variants = max(1, len(s.get("models") or {}) * len(s.get("backends") or []) * len(s.get("precisions") or []))
         est["serving.max_batch"] = variants * (mb + 1) * 8 * SERVING_TABLE_COPIES
+    for prefix in ("dqn", "nodes.dqn", "serving.dqn"):
+        size = _number(_get(cfg, f"{prefix}.buffer_size"))
+        if size:
+            est[f"{prefix}.buffer_size"] = size * DQN_BYTES_PER_TRANSITION
+    for key in ("path", "trace_path"):
+        rows = file_rows(w.get(key))
+        if rows:
+            est[f"workload.{key}"] = rows * max(VALIDATE_BYTES_PER_ROW, BYTES_PER_TASK + BYTES_PER_TASK_AND_POLICY * n_pol)
+    sizes = _get(cfg, "profile.sizes")
+    if isinstance(sizes, list) and sizes:
+        largest = max((_number(n) or 0.0) for n in sizes)
+        per = 8 if _get(cfg, "profile.dtype") == "float64" else 4
+        est["profile.sizes"] = PROFILE_MATRICES * largest**2 * per
     return est
 
 
+def file_rows(path: Any) -> int | None:
+    """The rows of a csv or parquet workload file, estimated before reading it: a parquet
+    file's footer, or a csv file's size over the mean length of its first lines; None where
+    it is not such a file (the file's own checks say why)."""
+    from pathlib import Path
+
+    if not isinstance(path, str) or not path:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        if p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return int(pq.ParquetFile(p).metadata.num_rows)
+        if p.suffix != ".csv":
+            return None
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(ROW_SAMPLE_BYTES)
+    except Exception:  # unreadable or corrupt: the reader's checks name the problem
+        return None
+    lines = head.count(b"\n")
+    if lines <= 1:
+        return max(0, lines)
+    header = head.index(b"\n") + 1
+    body = head[header:head.rindex(b"\n") + 1]
+    return int(round((size - header) * (lines - 1) / max(1, len(body))))
+
+
+def _get(cfg: Config, key: str) -> Any:
+    """The setting at dotted ``key``, or None."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
 def check_memory(cfg: Config) -> None:
-    """Refuse a size whose estimated memory exceeds what is available, before allocating it."""
+    """Refuse a size whose estimated memory exceeds :data:`MEMORY_MARGIN` of what is available,
+    before allocating it; a workload file by its estimated rows, before reading it."""
     limit = available_memory()
+    usable = MEMORY_MARGIN * limit
     for key, need in memory_estimate(cfg).items():
-        if need > limit:
-            value = key.split(".", 1)
-            node = cfg.get(value[0]) or {}
-            raise HybridschedError(f"{key}={show(node.get(value[1]))}: needs about {gib(need)} of memory, "
-                                   f"more than the {gib(limit)} available; use a smaller value"
+        if need > usable:
+            what = (f"{show(_get(cfg, key))} (about {file_rows(_get(cfg, key))} rows)"
+                    if key in ("workload.path", "workload.trace_path") else show(_get(cfg, key)))
+            raise HybridschedError(f"{key}={what}: needs about {gib(need)} of memory, more than the "
+                                   f"{gib(usable)} usable ({MEMORY_MARGIN:.0%} of the {gib(limit)} available); "
+                                   + ("use a smaller file" if key in ("workload.path", "workload.trace_path")
+                                      else "use a smaller value")
                                    + (" or sim.stream.enabled=true" if key == "workload.n_test" else ""))
 
 
 def check_run(run: Any) -> None:
     """The ``check`` stage: every setting against :data:`SCHEMA` and the memory estimate, then
-    the kind's own ``check_config`` (files, tables, policies built once)."""
+    the kind's own ``check_config`` (files, tables, policies built once), then what the
+    ``fgd_atc23`` stage reads (its settings, pod and node lists)."""
     from hybridsched.kinds import get_kind
 
     check_settings(run.cfg)
     get_kind(run.kind).check_config(run)
+    if run.cfg.get("fgd"):  # the fgd_atc23 stage runs in every kind's pipeline
+        from hybridsched.kinds.cluster.fgd_protocol import check as check_fgd
+
+        check_files(run.cfg, ("fgd.pod_list", "fgd.node_list"))
+        check_fgd(dict(run.cfg["fgd"]))
 
 
 def check_files(cfg: Config, keys: tuple[str, ...]) -> None:

@@ -102,3 +102,8 @@ def test_the_lp_size_estimate_is_close_to_the_real_size(capsys):
     size = int(line.split("about ")[1].split(" variables")[0].replace(",", ""))
     assert res.n_variables / 2 <= size <= res.n_variables * 2, (size, res.n_variables)
     assert estimate_variables(1, 1.0, 1.0, LPSettings()) > 0
+
+
+def test_a_missing_cem_model_names_the_file_and_the_stage_to_rerun(tmp_path):
+    _refused(lambda: load_model(tmp_path), tmp_path / "model.json",
+             "FILE: no trained cem model (run: dvc repro train_cem)")

@@ -117,7 +117,7 @@ def test_train_cem_stage_is_byte_identical_and_its_policy_passes_the_audit(tmp_p
 
 def test_missing_model_is_one_line_naming_the_path(tmp_path, cluster):
     tasks = small_workload(10)
-    with pytest.raises(HybridschedError, match=f"no trained model at {tmp_path}/model.json") as e:
+    with pytest.raises(HybridschedError, match=f"{tmp_path}/model.json: no trained cem model") as e:
         run(tasks, cluster, CEMScorer(model_dir=str(tmp_path)))
     assert "\n" not in str(e.value)
     (tmp_path / "skipped.json").write_text('{"skipped": "x"}')

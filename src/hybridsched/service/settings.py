@@ -282,8 +282,14 @@ def leave_out_missing_models(settings: ServiceSettings, check: Any, explicit: bo
 
 
 def check_policies(settings: ServiceSettings) -> None:
-    """One line naming the setting when a policy is unknown."""
+    """One line naming the setting when a policy, or the workload runs draw from, is unknown
+    (at start-up: not when a client starts a run)."""
     known = settings.machine.get("policies", {})
     unknown = [p for p in settings.policies if p not in known]
     if unknown:
         raise HybridschedError(f"service.policies: unknown policy name(s) {unknown}; known: {sorted(known)}")
+    if settings.workload is not None:
+        workloads = settings.workloads()
+        if settings.workload not in workloads:
+            raise HybridschedError(f"service.workload (or HYBRIDSCHED_WORKLOAD): {settings.workload!r} is not a "
+                                   f"machine-kind workload of conf/workload/; known: {sorted(workloads)}")

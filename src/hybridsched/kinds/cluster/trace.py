@@ -460,6 +460,15 @@ def read_node_list(path: str | Path, sample: dict | None = None) -> NodeTable:
     _range((gpu >= 0) & (gpu == np.round(gpu)) & (gpu <= 64), "gpu", "must be a whole number in [0, 64]",
            raw, src, names)
     _range((gpu == 0) == (model == ""), "model", "must be empty exactly when gpu = 0", raw, src, names)
+    seen: dict[str, int] = {}
+    for r, name in enumerate(str(n) for n in names.tolist()):  # one node counted twice would skew every share
+        if name in seen:
+            raise WorkloadError(f"{src}: column 'sn', row {r + 1} (line {r + 2}): node name {name!r} repeats "
+                                f"row {seen[name] + 1}; node names must be unique")
+        seen[name] = r
+    if not (gpu > 0).any():  # GPU pods would have nowhere to run, and GPU shares divide by 0
+        raise WorkloadError(f"{src}: no node has a GPU (gpu = 0 on all {len(raw)} rows); "
+                            f"the cluster kind needs at least one GPU node")
     nodes = NodeTable(names.astype(str).astype(object), cpu, mem, gpu.astype(np.int64), model)
     return sample_nodes(nodes, **sample) if sample else nodes
 

@@ -43,6 +43,9 @@ from hybridsched.kinds.machine.engine import CPU_S, GPU_S
 TARGETS: tuple[str, ...] = ("log_cpu_s", "log_gpu_s")
 META_FILE = "meta.json"
 FORMAT_VERSION = 1
+# rf.max_train_rows: the forest's memory grows with its training rows (about 3 KB a row for the
+# default forest); a larger training split is fitted on a seeded sample of this many rows
+MAX_TRAIN_ROWS = 200_000
 # estimator kind -> file name of the saved estimator
 MODEL_FILES: dict[str, str] = {"random_forest": "model.skops", "xgboost": "model.ubj"}
 
@@ -178,12 +181,21 @@ def permutation_importance(model: RuntimeModel, F: np.ndarray, y: np.ndarray, rn
     return out
 
 
+def recorded_config(cfg: dict, n_rows: int) -> dict:
+    """The ``rf`` config as a model's meta.json and the tune study's name record it:
+    ``max_train_rows`` only when it bounds a training split of ``n_rows`` tasks."""
+    cap = cfg.get("max_train_rows")
+    return cfg if cap is not None and n_rows > int(cap) else {k: v for k, v in cfg.items() if k != "max_train_rows"}
+
+
 def train_runtime_model(X: np.ndarray, cluster: Cluster, cfg: dict) -> tuple[RuntimeModel, dict]:
     """Label the task matrix ``X`` with actual run times, fit on a random split, score on the rest.
 
     ``cfg`` is the ``rf`` config: ``model``, ``seed``, ``test_fraction``, ``importance_repeats``
-    and one mapping of hyper-parameters per estimator kind.  Returns the model fitted on the
-    training part and a metrics dict (R², MAE per target, permutation importances, fit time)."""
+    and one mapping of hyper-parameters per estimator kind.  A training part longer than
+    ``max_train_rows`` is fitted on a seeded sample of that many rows (one line says so).
+    Returns the model fitted on the training part and a metrics dict (R², MAE per target,
+    permutation importances, fit time)."""
     kind = str(cfg.get("model", "random_forest"))
     if kind not in MODEL_FILES:
         raise HybridschedError(f"rf.model: unknown estimator {kind!r}; known: {sorted(MODEL_FILES)}")
@@ -200,9 +212,16 @@ def train_runtime_model(X: np.ndarray, cluster: Cluster, cfg: dict) -> tuple[Run
     test, train = order[:n_test], order[n_test:]
     if len(train) < 2:
         raise HybridschedError(f"rf: {len(X)} tasks are too few to train on")
+    recorded = recorded_config(cfg, len(train))
+    cap = int(cfg.get("max_train_rows", MAX_TRAIN_ROWS))
+    sampled_from = None
+    if len(train) > cap:  # bounded memory and time; the held-out part is scored whole
+        sampled_from = int(len(train))
+        train = np.sort(np.random.default_rng(seed).choice(train, size=cap, replace=False))
+        print(f"rf: fitting on a sample of {cap} of {sampled_from} training tasks (rf.max_train_rows={cap})")
 
     t0 = time.perf_counter()
-    model = fit_model(kind, F[train], y[train], cfg.get(kind) or {}, seed, config=cfg)
+    model = fit_model(kind, F[train], y[train], cfg.get(kind) or {}, seed, config=recorded)
     fit_s = time.perf_counter() - t0
     const = constant_targets(y[train])
     if not np.isnan(const).all():
@@ -213,6 +232,7 @@ def train_runtime_model(X: np.ndarray, cluster: Cluster, cfg: dict) -> tuple[Run
         "model": kind,
         "n_train": int(len(train)),
         "n_test": int(len(test)),
+        **({} if sampled_from is None else {"sampled_from": sampled_from}),
         **scores,
         "importance": dict(sorted(importance.items(), key=lambda kv: -kv[1])),
         "fit_s": fit_s,

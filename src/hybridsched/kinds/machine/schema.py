@@ -11,19 +11,22 @@ Column rules:
 column     type    required nullable range
 ========== ======= ======== ======== ==========================================
 task_id    integer yes      no       unique
-arrival    number  yes      no       >= 0, non-decreasing (rows sorted by arrival)
-size       number  yes      no       > 0 (GFLOP)
+arrival    number  yes      no       >= 0, non-decreasing (rows sorted by arrival); <= 1e12 (s)
+size       number  yes      no       > 0 (GFLOP); <= 1e15
 intensity  number  yes      no       in [0, 1]
 memory_mb  number  yes      no       > 0 and <= the largest device memory
 priority   integer no (0)   no
-deadline   number  no (NaN) yes      >= 0 where set
+deadline   number  no (NaN) yes      >= 0 where set; <= 1e12 (s)
 deps       ids     no       yes      every id is the task_id of an earlier row
 ========== ======= ======== ======== ==========================================
 
 Table rules: at least one task.  "integer" means an integer dtype (a float column of whole
 numbers is rejected by both, so a file means the same to every reader); "number" means a
 numeric dtype with finite values (the upper limit defaults to the largest float, which also
-rules out infinity).
+rules out infinity).  Times and sizes have a declared finite limit (``ColumnRule.finite_max``):
+the simulator adds, multiplies and sums them (end times, busy seconds, energy), and a value
+near the largest float turns those into infinity or NaN.  The limits leave room: 1e12 s is
+about 31,700 years (a Unix time in seconds fits), 1e15 GFLOP is 1e24 FLOP.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ class ColumnRule:
     max: float | str | None = None  # a number, or MAX_MEMORY
     default: float | None = None  # the value of an absent optional column
     note: str = ""  # said after the range in the check's label
+    # the largest value the simulator's arithmetic keeps finite (times, energies): a number
+    # column's upper limit when ``max`` is not set, refused with its own message
+    finite_max: float | None = None
 
     def limits(self, max_memory_mb: float | None) -> tuple[float | None, float | None]:
         """(min, max) with MAX_MEMORY resolved; a number column without a max gets the largest
@@ -61,13 +67,13 @@ class ColumnRule:
         if hi == MAX_MEMORY:
             hi = None if max_memory_mb is None else float(max_memory_mb)
         if hi is None and self.dtype == "float":
-            hi = FLOAT_MAX
+            hi = FLOAT_MAX if self.finite_max is None else self.finite_max
         return self.min, hi
 
     def range_text(self, max_memory_mb: float | None) -> str | None:
         """``"> 0"``, ``"in [0, 1]"``, ``"> 0 and <= 64000 (largest device memory)"``; None = no range."""
         lo, hi = self.limits(max_memory_mb)
-        shown_hi = None if hi == FLOAT_MAX else hi
+        shown_hi = None if hi in (FLOAT_MAX, self.finite_max) else hi  # the finite limit has its own message
         if lo is None and shown_hi is None:
             return None
         if lo is not None and shown_hi is not None and not self.min_strict:
@@ -94,12 +100,12 @@ class ColumnRule:
 
 TASK_SCHEMA: tuple[ColumnRule, ...] = (
     ColumnRule("task_id", "int", True),
-    ColumnRule("arrival", "float", True, min=0),
-    ColumnRule("size", "float", True, min=0, min_strict=True),
+    ColumnRule("arrival", "float", True, min=0, finite_max=1e12),
+    ColumnRule("size", "float", True, min=0, min_strict=True, finite_max=1e15),
     ColumnRule("intensity", "float", True, min=0, max=1),
     ColumnRule("memory_mb", "float", True, min=0, min_strict=True, max=MAX_MEMORY, note="(largest device memory)"),
     ColumnRule("priority", "int", False, default=0),
-    ColumnRule("deadline", "float", False, nullable=True, min=0, default=np.nan, note="where set"),
+    ColumnRule("deadline", "float", False, nullable=True, min=0, default=np.nan, note="where set", finite_max=1e12),
     ColumnRule("deps", "ids", False, nullable=True),
 )
 RULES = {r.name: r for r in TASK_SCHEMA}
@@ -110,6 +116,11 @@ OPTIONAL_COLUMNS: tuple[str, ...] = tuple(r.name for r in TASK_SCHEMA if not r.r
 UNIQUE = ("task_id", "'task_id' is unique")
 SORTED = ("arrival", "'arrival' is non-decreasing (rows sorted by arrival)")
 DEPS_EARLIER = ("deps", "every id in 'deps' is the task_id of an earlier row")
+
+
+def finite_problem(rule: ColumnRule) -> str:
+    """The reader's words for a finite value above ``rule.finite_max``."""
+    return f"above {rule.finite_max:g}, the largest the simulator takes (its times and energies would overflow)"
 
 
 def type_label(rule: ColumnRule) -> str:

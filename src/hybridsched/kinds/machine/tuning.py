@@ -257,11 +257,13 @@ def evaluate_config(target: str, cfg: dict[str, Any], fit: TaskTable, val: TaskT
 
 def study_name(settings: TuneSettings, cfg: dict[str, Any], tasks: TaskTable) -> str:
     """Same settings, same data, same search space -> same study (so reruns resume)."""
+    from hybridsched.kinds.machine.runtime_model import recorded_config
+
     data = hashlib.sha1()
     for a in (tasks.task_id, tasks.arrival, tasks.size, tasks.intensity, tasks.memory_mb, tasks.parent_idx):
         data.update(np.ascontiguousarray(a).tobytes())
     key = json.dumps({"s": {k: v for k, v in vars(settings).items() if k not in ("n_trials", "n_jobs", "storage")},
-                      "rf": cfg.get("rf"), "dqn": cfg.get("dqn"), "cluster": cfg.get("cluster"),
+                      "rf": recorded_config(cfg.get("rf") or {}, len(tasks)), "dqn": cfg.get("dqn"), "cluster": cfg.get("cluster"),
                       "policy": cfg.get("policies", {}).get("machine", {}).get(
                           "hybrid_ml" if settings.target in TARGETS else settings.target),
                       "data": data.hexdigest()},
@@ -420,24 +422,22 @@ def _params_to_config(params: dict[str, Any], target: str, cfg: dict[str, Any]) 
 
 
 def save_plots(settings: TuneSettings, name: str, out: Path) -> list[Path]:
-    """The study's optimisation history and (with 3+ trials) parameter importances as PNGs."""
+    """The folder ``out`` with the study's optimisation history (``tune_history.png``) and, with
+    3+ trials, its parameter importances (``tune_importance.png``); returns the written PNGs."""
     import warnings
 
     import optuna
     from optuna.visualization import matplotlib as ovm
 
+    from hybridsched.io import atomic_dir
     from hybridsched.plots import save_axes
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=name, storage=_storage(settings.storage))
     target = None if len(settings.objectives) == 1 else (lambda t: t.values[0])
-    paths = [save_axes(ovm.plot_optimization_history(study, target=target, target_name=settings.objectives[0]),
-                       out / "tune_history.png")]
-    if len(study.trials) > 2:
-        paths.append(save_axes(ovm.plot_param_importances(study, target=target), out / "tune_importance.png"))
-    else:  # a declared output of the tune stage: written either way, saying why it is empty
-        from hybridsched.not_applicable import write_placeholders
-
-        paths += write_placeholders([out / "tune_importance.png"], f"parameter importances need 3+ trials "
-                                    f"(this study has {len(study.trials)})")
-    return paths
+    with atomic_dir(out) as tmp:
+        save_axes(ovm.plot_optimization_history(study, target=target, target_name=settings.objectives[0]),
+                  tmp / "tune_history.png")
+        if len(study.trials) > 2:  # importances need 3+ trials; with fewer there is no such chart
+            save_axes(ovm.plot_param_importances(study, target=target), tmp / "tune_importance.png")
+    return sorted(Path(out).glob("*.png"))

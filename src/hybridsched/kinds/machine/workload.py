@@ -22,6 +22,7 @@ from hybridsched.kinds.machine.schema import (
     TASK_SCHEMA,
     ColumnRule,
     deps_problems,
+    finite_problem,
     parse_ids,
 )
 
@@ -95,6 +96,8 @@ def read_tasks(path: str | Path, max_memory_mb: float | None = None, fmt: str | 
     if not p.exists():
         raise WorkloadError(f"{p}: file not found")
     fmt = fmt or ("csv" if p.suffix == ".csv" else "parquet")
+    if fmt == "csv":
+        check_csv_shape(p)
     try:
         df = pd.read_csv(p) if fmt == "csv" else pd.read_parquet(p)
     except Exception as e:  # parser errors differ by format; keep the message to one line
@@ -103,9 +106,49 @@ def read_tasks(path: str | Path, max_memory_mb: float | None = None, fmt: str | 
     return from_frame(df, source=str(p), max_memory_mb=max_memory_mb)
 
 
+def check_csv_shape(p: Path) -> None:
+    """Refuse what pandas reads silently wrong: a header naming a column twice (pandas renames
+    the second ``size.1`` and reads the first), a line with fewer fields than the header (pandas
+    fills the rest with NaN), and a file that does not end with a newline (cut off inside its
+    last value, which pandas reads cut).  A cut-off file is reported as truncated, naming its
+    last line."""
+    import csv
+
+    with p.open(newline="", encoding="utf-8", errors="replace") as f:  # bad bytes: pandas' message
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return  # an empty file: pandas' own message
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            raise WorkloadError(f"{p}: column(s) {', '.join(repr(c) for c in twice)} named twice in the header "
+                                f"(a column's values would be read from one of them only)")
+        short, last = [], reader.line_num
+        for fields in reader:
+            if fields:  # blank lines, which pandas skips too
+                last = reader.line_num
+                if len(fields) < len(header):
+                    short.append((reader.line_num, len(fields)))
+    if short and short[-1][0] == last and len(short) == 1:
+        raise WorkloadError(f"{p}: the last line ({last}) is truncated (fewer fields than the header); "
+                            f"the file is incomplete")
+    if short:
+        line, k = next(s for s in short if s[0] != last)
+        raise WorkloadError(f"{p}: line {line} has {k} of {len(header)} fields ({len(short)} short line(s))")
+    with p.open("rb") as b:
+        b.seek(-1, 2)
+        if b.read(1) not in (b"\n", b"\r"):
+            raise WorkloadError(f"{p}: the last line ({last}) is truncated (no newline at its end, so its last value "
+                                f"may be cut short); the file is incomplete (a complete csv file ends with a newline)")
+
+
 def from_frame(df: pd.DataFrame, source: str = "<frame>", max_memory_mb: float | None = None) -> TaskTable:
     """Check a task DataFrame against the schema (``schema.py``, the rules validate runs too) and
     turn it into a TaskTable; WorkloadError (one line, naming ``source``) at the first broken rule."""
+    twice = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+    if twice:  # a parquet file (or frame) can hold two columns of one name
+        raise WorkloadError(f"{source}: column(s) {', '.join(repr(c) for c in twice)} named twice in the header "
+                            f"(a column's values would be read from one of them only)")
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise WorkloadError(f"{source}: missing column(s) {', '.join(missing)}")
@@ -121,6 +164,9 @@ def from_frame(df: pd.DataFrame, source: str = "<frame>", max_memory_mb: float |
         v = _typed(df[rule.name], rule, source)
         if not rule.nullable:
             _check(~np.isnan(v), source, rule.name, "NaN (missing)", v)
+        if rule.finite_max is not None:  # before the range: its words name the limit (inf stays the range's)
+            with np.errstate(invalid="ignore"):
+                _check(~(np.isfinite(v) & (v > rule.finite_max)), source, rule.name, finite_problem(rule), v)
         text = rule.range_text(max_memory_mb)
         if text is not None:
             _check(rule.in_range(v, max_memory_mb), source, rule.name, f"not {text}", v)

@@ -99,6 +99,9 @@ def read_arrival_trace(path: str | Path, time_column: str, size_column: str | No
         i = int(back[0]) + 1
         raise WorkloadError(f"{p}: {time_column} not sorted: row {i + 2} ({raw.iloc[i]}) is before row {i + 1} "
                             f"({raw.iloc[i - 1]})")
+    if t[-1] == t[0]:  # no gaps to replay: it would be a uniform stream at workload.rate
+        raise WorkloadError(f"{p}: every {time_column} is the same ({raw.iloc[0]}), so there are no gaps to replay; "
+                            f"use a trace whose times differ, or workload.arrival=poisson")
     sizes = None
     if size_column:
         sizes = pd.to_numeric(df[size_column], errors="coerce").to_numpy(dtype=float)

@@ -171,6 +171,19 @@ def _call(fn, args):
     return fn(*args)
 
 
+def check(settings: dict[str, Any]) -> FgdSettings:
+    """What :func:`run_experiment` reads and refuses before its workers start, without running
+    them (the pipeline's ``check`` stage): the settings, the pod and node lists, the typical
+    pods, and each policy of ``rules: exact`` built once."""
+    s = FgdSettings.from_dict(settings)
+    pods = read_pod_requests(s.pod_list, s.zero_cpu_milli)
+    RULES[s.rules](s, pods, 1)
+    if s.rules == "exact":
+        for spec in s.policies.values():
+            instantiate(spec)
+    return s
+
+
 def run_experiment(settings: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """Run every policy on every seed and write, under ``out_dir`` (the metrics folder):
     ``<name>.json`` (the figures' points at ``report_x``), ``<name>_table.csv`` / ``.md`` (at

@@ -178,7 +178,7 @@ def load_model(model_dir: Path) -> dict[str, Any]:
     path = Path(model_dir) / MODEL_FILE
     if not path.is_file():
         why = " (train_cem skipped: see skipped.json there)" if (Path(model_dir) / "skipped.json").is_file() else ""
-        raise HybridschedError(f"cem policy: no trained model at {path}{why}; run the train_cem stage")
+        raise HybridschedError(f"{path}: no trained cem model{why} (run: dvc repro train_cem)")
     try:
         model = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:  # a truncated or overwritten file
