@@ -119,6 +119,9 @@ HERE: dict[str, str] = {
     "dvc exp show --md --drop '.*' --keep 'Experiment|workload.name|workload.rate|workload.intensity_range|"
     "policies.eft.mean_latency|policies.hybrid_ml.mean_latency|policies.dqn.mean_latency|"
     "policies.round_robin.mean_latency|lower_bound.mean_latency'": "Experiment",
+    "dvc metrics show metrics/headline.json": "headline.best.policy",
+    "dvc exp show --md --drop '.*' --keep 'Experiment|workload.name|^headline\\.(bound|\\w+\\.(policy|mean_latency|"
+    "slo_attainment))$'": "headline.best.mean_latency",
     "python -m stages.generate workload=alibaba_gpu_2023 "
     "workload.path=../shared/traces/alibaba-gpu-v2023/openb_pod_list_gpushare40.csv": "file:data/workload/test.parquet",
     "make bench BENCH_ARGS=--smoke": "make bench: all ran",

@@ -1,7 +1,8 @@
 """Outputs of a stage that does not apply to a workload kind.
 
 DVC needs every declared output of a stage to exist, so such a stage still writes its
-files: small PNGs that say why (the JSON outputs carry a ``skipped`` reason).
+files: the JSON outputs carry a ``skipped`` reason, and its image folder
+(:func:`hybridsched.plots.stage_plot_dir`) is left empty: no image stands in for a chart.
 """
 
 from __future__ import annotations
@@ -9,18 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write_placeholders(pngs: list[Path], text: str) -> list[Path]:
-    """A small PNG at each path showing ``text``."""
-    from hybridsched.plots import _pyplot, save_axes
+def empty_plot_dir(path: Path) -> Path:
+    """The stage's image folder, created empty (any images of an earlier run removed)."""
+    from hybridsched.io import atomic_dir
 
-    plt = _pyplot()
-    out = []
-    for path in pngs:
-        _, ax = plt.subplots(figsize=(6, 2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True)
-        out.append(save_axes(ax, path))
-    return out
+    with atomic_dir(path):
+        pass
+    return Path(path)
 
 
 def skip_train_cem(run, reason: str) -> dict:  # noqa: ANN001 (a kinds.base.Run; no import cycle)
@@ -39,7 +35,7 @@ def skip_train_cem(run, reason: str) -> dict:  # noqa: ANN001 (a kinds.base.Run;
 
 def skip_scenarios(out: Path, plots: Path, reason: str) -> dict:
     """The scenarios stage's outputs for a kind without that report (stages/scenarios.py):
-    every declared file, saying why."""
+    every declared output, saying why, its image folder empty."""
     from hybridsched.io import write_json, write_text
 
     d = out / "scenarios"
@@ -49,7 +45,7 @@ def skip_scenarios(out: Path, plots: Path, reason: str) -> dict:
     for name in ("wide.md", "summary.md"):
         write_text(d / name, f"scenarios: {reason}\n")
     write_text(plots / "scenarios.csv", "scenario,series,ratio\n")
-    write_placeholders([plots / "scenarios.png"], f"scenarios {reason}")
+    empty_plot_dir(plots / "scenarios")
     metrics = {"skipped": reason}
     write_json(out / "scenarios.json", metrics)
     print(f"scenarios: {reason}")

@@ -57,6 +57,13 @@ def test_every_stage_runs_on_the_fixture(tmp_path: Path) -> None:
     assert list(csv["policy"]) == list(table.index) and list(csv["dispatch"]) == list(table["dispatch"])
     q = pd.read_csv(m / "plots" / "latency_quantiles.csv")
     assert set(q["policy"]) == set(table.index) and list(q.columns) == ["policy", "quantile", "latency"]
+    # the headline: lowest mean JCT first, against the bound, the best of each dispatch mode
+    head = json.loads((m / "headline.json").read_text())["headline"]
+    best = table["mean_latency"].idxmin()
+    assert head["best"] == {"policy": best, "mean_latency": round(table.loc[best, "mean_latency"], 6),
+                            "vs_bound": round(table.loc[best, "mean_latency_vs_bound"], 6)}
+    assert head["queue"]["policy"] == "learned_queue" and head["bound"] > 0
+    assert f"| 1 | {best} |" in (m / "headline.md").read_text() and (m / "plots" / "headline.png").stat().st_size > 5000
 
 
 def test_one_policy_by_name_and_unknown_names(tmp_path: Path) -> None:

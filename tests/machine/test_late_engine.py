@@ -248,8 +248,14 @@ def test_simulate_and_evaluate_stages_run_late_policies_with_sim_dispatch_late(t
     from tests.runs import compose_run
 
     kind, over, run, _ = late_simulate(tmp_path, ["spt_late", "wspt_late", "eft_late", "heft_late"])
-    kind.evaluate(run)
+    table = kind.evaluate(run)
     assert (tmp_path / "metrics" / "summary.json").is_file()
+    # the headline: one dispatch mode, so the best overall only, at the lowest mean latency
+    import json
+
+    head = json.loads((tmp_path / "metrics" / "headline.json").read_text())["headline"]
+    assert head["best"]["policy"] == table["mean_latency"].idxmin() and "late" not in head
+    assert head["best"]["vs_bound"] >= 1 - 1e-9 and (tmp_path / "metrics" / "plots" / "headline.png").is_file()
     assert set(pd.read_csv(tmp_path / "metrics" / "policies.csv")["dispatch"]) == {"late"}
     with pytest.raises(HybridschedError, match=r"sim.dispatch=arrival: none of the chosen policies \['eft_late'\]"):
         kind.check_config(compose_run(*over, "sim.dispatch=arrival", "sim.policies.machine=[eft_late]"))

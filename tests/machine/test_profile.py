@@ -129,7 +129,7 @@ def test_stage_writes_profile_fit_and_plot(tmp_path: Path) -> None:
     get_kind("machine").profile(run)
     metrics = json.loads((tmp_path / "metrics" / "profile.json").read_text())
     assert {"torch_version", "gpu_found", "devices", "sizes"} <= set(metrics)
-    png = (tmp_path / "metrics" / "plots" / "profile.png").read_bytes()
+    png = (tmp_path / "metrics" / "plots" / "profile" / "profile.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     fitted = json.loads((tmp_path / "cluster_profile.json").read_text())
     assert set(fitted) == {"cluster", "fit"}
@@ -172,4 +172,5 @@ def test_stage_measures_nothing_when_the_fit_is_not_used(tmp_path: Path) -> None
     run = compose_run(f"paths.metrics_dir={tmp_path / 'metrics'}", f"cluster.profile_path={tmp_path / 'p.json'}")
     get_kind("machine").profile(run)
     assert "cluster.source" in json.loads((tmp_path / "p.json").read_text())["skipped"]
-    assert (tmp_path / "metrics" / "plots" / "profile.png").exists()
+    plot_dir = tmp_path / "metrics" / "plots" / "profile"
+    assert plot_dir.is_dir() and not list(plot_dir.iterdir())  # the declared folder, no stand-in image

@@ -28,23 +28,30 @@ def tiny(tmp_path):
     return cfg
 
 
-def test_every_stage_in_order(tiny, tmp_path):
+def test_every_stage_in_order(tiny, tmp_path, capsys):
     kind = get_kind("serving")
     run = Run(tiny, tracking=False)
     results = {name: getattr(kind, name)(run) for name in STAGES}
+    printed = capsys.readouterr().out  # simulate and evaluate say what they found
+    assert "simulate: upper bound on SLO attainment" in printed
+    assert "headline: SLO attainment, higher is better; bound" in printed
     m = tmp_path / "metrics"
     for f in ("profile.json", "import_report.json", "validation.json", "train_rf.json", "train_dqn.json", "tune.json",
               "train_cem.json", "plots/train_cem.csv",
               "summary.json", "policies.csv", "plots/rf_importance.png", "plots/train_dqn.csv",
-              "plots/tune_history.png", "plots/latency_cdf.png", "plots/utilisation.png", "plots/energy_cost.png",
+              "plots/tune/tune_history.png", "plots/latency_cdf.png", "plots/utilisation.png", "plots/energy_cost.png",
               "plots/latency_quantiles.csv", "plots/utilisation.csv", "plots/energy_cost.csv",
               "plots/kind/attainment_vs_load.png", "plots/kind/attainment_vs_load.csv", "plots/kind/slo_violations.png",
-              "plots/kind/percentiles.png", "plots/kind/wait_hist.png", "plots/profile.png"):
+              "plots/kind/percentiles.png", "plots/kind/wait_hist.png", "plots/profile/profile.png",
+              "headline.json", "headline.md", "plots/headline.png"):
         assert (m / f).exists(), f
     assert (tmp_path / "models" / "best_params.yaml").exists()
     table = results["evaluate"]
     assert set(table.index) == set(tiny["sim"]["policies"]["serving"])
     assert (table["slo_attainment_vs_bound"] <= 1.0 + 1e-9).all()
+    head = json.loads((m / "headline.json").read_text())["headline"]  # the highest attainment wins, below the bound
+    assert head["best"]["policy"] == table["slo_attainment"].idxmax() and head["best"]["vs_bound"] <= 1.0 + 1e-9
+    assert head["metric"] == "slo_attainment" and head["higher_is_better"] is True
     prof = json.loads((tmp_path / "data" / "cluster_profile.json").read_text())
     rows = pd.DataFrame(prof["table"])
     assert set(rows["lanes"]) == {1, 2}  # single-lane and served (serving.lanes workers) rows, one table

@@ -91,13 +91,15 @@ class Run:
             out[name] = policy
         return out
 
-    def track(self, stage: str, metrics: dict, artifacts: Sequence[Path | str] = (), model: Any = None) -> None:
-        """Log this stage run to MLflow (no-op when tracking is off)."""
+    def track(self, stage: str, metrics: dict, artifacts: Sequence[Path | str] = (), model: Any = None,
+              headline: dict | None = None) -> None:
+        """Log this stage run to MLflow, nested under the pipeline run's parent, with
+        ``headline`` (the evaluate stage's figures) on the parent (no-op when tracking is off)."""
         from hybridsched.tracking import log_run
 
         t = self.cfg.get("tracking", {})
         log_run(stage, self.cfg, metrics, artifacts, model, experiment=t.get("experiment", "hybridsched"),
-                enabled=bool(self.tracking and t.get("enabled", False)))
+                enabled=bool(self.tracking and t.get("enabled", False)), headline=headline)
 
 
 TUNED_KEY = "tuned"  # a policy node's path to the tune_heuristics stage's values for it

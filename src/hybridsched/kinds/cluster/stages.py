@@ -22,7 +22,8 @@ from hybridsched.kinds.cluster import workload as W
 from hybridsched.kinds.cluster.nodes import NodeCluster
 from hybridsched.kinds.cluster.trace import NodeTable, PodTable
 from hybridsched.devices import Cluster
-from hybridsched.not_applicable import write_placeholders
+from hybridsched.not_applicable import empty_plot_dir
+from hybridsched.plots import stage_plot_dir
 
 
 def _node_cluster(run: Run, nodes: NodeTable) -> NodeCluster:
@@ -73,7 +74,7 @@ def profile(run: Run) -> dict[str, Any]:
     reason = "not run: the cluster kind takes its GPU speeds from the Gavel table (nodes.gavel_path)"
     write_json(run.cfg["cluster"]["profile_path"], {"skipped": reason})
     write_json(run.metrics_dir / "profile.json", {"skipped": reason})
-    write_placeholders([run.metrics_dir / "plots" / "profile.png"], f"profile {reason}")
+    empty_plot_dir(stage_plot_dir(run.metrics_dir, "profile"))  # nothing measured, nothing to draw
     print(f"profile: {reason}")
     return {"skipped": reason}
 
@@ -212,7 +213,7 @@ def train_late(run: Run) -> dict[str, Any]:
 
 def tune(run: Run) -> dict:
     """No hyper-parameter search on this kind (yet): an empty ``best_params.yaml`` (so
-    ``use_tuned`` changes nothing), a ``tune.json`` that says so, and placeholder plots."""
+    ``use_tuned`` changes nothing), a ``tune.json`` that says so, and an empty image folder."""
     from hybridsched.io import write_text
 
     reason = f"not run: the tune stage searches the machine kind's learned policies; workload kind {run.kind!r}"
@@ -220,7 +221,7 @@ def tune(run: Run) -> dict:
     summary = {"skipped": reason, "n_complete": 0, "default": None, "best": None}
     write_json(run.metrics_dir / "tune.json", summary)
     run.path("best_params").parent.joinpath("tune").mkdir(parents=True, exist_ok=True)
-    write_placeholders([run.metrics_dir / "plots" / n for n in ("tune_history.png", "tune_importance.png")], f"tune {reason}")
+    empty_plot_dir(stage_plot_dir(run.metrics_dir, "tune"))
     print(f"tune: {reason}")
     return summary
 
@@ -264,20 +265,25 @@ def _table(traces: dict[str, pd.DataFrame], test: PodTable, nodes: NodeTable, po
 
 def write_kind_plots(out, traces: dict[str, pd.DataFrame], nodes: NodeTable) -> list:
     """This kind's own plots in ``metrics/plots/kind``: allocated and fragmented GPU share of the
-    cluster over time, per policy."""
+    cluster over time, one panel per policy (lowest mean JCT first); the mean JCT per policy is
+    the headline chart (``metrics/plots/headline.png``)."""
     from hybridsched.kinds.cluster.metrics import state_timeline
     from hybridsched.kinds.cluster.trace import MILLI
-    from hybridsched.plots import save_step_lines
+    from hybridsched.plots import mean_latency_order, save_step_lines
 
     cap = float(MILLI * nodes.n_gpu.sum())
     states = {name: state_timeline(tr, nodes) for name, tr in traces.items()}
+    order = mean_latency_order(traces)  # one panel per policy, the lowest mean JCT first
     kind_dir = out / "plots" / "kind"
     with atomic_dir(kind_dir) as tmp:
         save_step_lines({n: (s[0], s[1] / cap) for n, s in states.items()}, tmp / "gpu_allocated.png",
-                        "Allocated GPU share of the cluster", "allocated / capacity")
+                        "Allocated GPU share of the cluster", "allocated / capacity", order=order)
         save_step_lines({n: (s[0], s[2] / cap) for n, s in states.items()}, tmp / "gpu_fragmented.png",
-                        "Expected fragmented GPU share (FGD's measure)", "fragmented / capacity")
+                        "Expected fragmented GPU share (FGD's measure)", "fragmented / capacity", order=order)
     return sorted(kind_dir.glob("*.png"))
+
+
+HEADLINE = {"column": "mean_latency", "label": "mean JCT (s)"}  # the evaluate stage ranks by it
 
 
 def evaluate(run: Run) -> pd.DataFrame:
@@ -292,6 +298,9 @@ def evaluate(run: Run) -> pd.DataFrame:
                "nodes": nodes.summary(), "lower_bound": bound, "policies": table.round(6).to_dict(orient="index")}
     files = write_report(run.metrics_dir, summary, table, traces, W.utilisation_long(traces, nodes))
     files += write_kind_plots(run.metrics_dir, traces, nodes)
-    run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
     print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
+    from hybridsched.headline import MainMetric, report  # only evaluate reads it: not a dep of every stage
+
+    head_files, head = report(run, table, MainMetric(**HEADLINE), bound.get("mean_latency"))
+    run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files + head_files, headline=head)
     return table

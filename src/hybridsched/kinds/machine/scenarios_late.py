@@ -255,7 +255,7 @@ def _run_job(args: tuple) -> pd.DataFrame:
 def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: dict[str, dict[str, Any]],
                s: ScenarioSettings, sim_seed: int, out: Path, plots: Path) -> dict[str, Any]:
     """Every scenario, every policy: writes under ``out`` (``scenarios/`` and ``scenarios.json``)
-    and ``plots`` (``scenarios.csv``, ``scenarios.png``); returns the metrics.
+    and ``plots`` (``scenarios.csv``, ``scenarios/scenarios.png``); returns the metrics.
 
     ``workloads``: name -> workload config (their test splits are the named scenarios);
     ``specs``: ``policies.machine``.  Jobs run in ``s.workers`` processes; each job is seeded,
@@ -320,7 +320,7 @@ def verdicts(r: pd.DataFrame, s: ScenarioSettings) -> dict[str, Any]:
 def write_outputs(main: list[pd.DataFrame], swept: list[pd.DataFrame], metrics: dict[str, Any],
                   s: ScenarioSettings, out: Path, plots: Path) -> list[Path]:
     """``scenarios/{table.csv, wide.md, summary.csv, summary.md, load_sweep.*}``, ``scenarios.json``
-    under ``out``; ``scenarios.{csv,png}`` under ``plots``."""
+    under ``out``; ``scenarios.csv`` and ``scenarios/scenarios.png`` under ``plots``."""
     from hybridsched.kinds.machine.scenarios import write_sweep
 
     d = out / "scenarios"
@@ -356,15 +356,18 @@ def verdict_lines(m: dict[str, Any]) -> str:
 
 
 def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]:
-    """``scenarios.csv`` (long: scenario, series, ratio; for ``dvc plots``) and ``scenarios.png``:
-    each learned policy ÷ the best heuristic of its mode, and the best policy × the LP bound."""
+    """``scenarios.csv`` (long: scenario, series, ratio; for ``dvc plots``) and
+    ``scenarios/scenarios.png`` (the stage's image folder): each learned policy ÷ the best
+    heuristic of its mode (a log axis when the ratios span a decade), and the best policy × the
+    LP bound."""
     import matplotlib
     import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hybridsched.io import atomic_path
+    from hybridsched.io import atomic_dir
+    from hybridsched.plots import spans_decades
 
     plots.mkdir(parents=True, exist_ok=True)
     rows = [{"scenario": row["scenario"], "series": f"{n} ÷ best {row[f'{n}_dispatch']} heuristic",
@@ -374,7 +377,7 @@ def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]
     rows += [{"scenario": row["scenario"], "series": "best policy × LP bound", "ratio": round(row["best_policy_x_bound"], 4)}
              for row in r.to_dict(orient="records")]
     long = pd.DataFrame(rows, columns=["scenario", "series", "ratio"])
-    csv, png = plots / "scenarios.csv", plots / "scenarios.png"
+    csv, png = plots / "scenarios.csv", plots / "scenarios" / "scenarios.png"
     write_frame(csv, long)
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5))
     learned = long[long["series"] != "best policy × LP bound"]
@@ -386,6 +389,10 @@ def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]
               label=name)
     a.axhline(1.0, color="k", lw=0.8)
     a.axhline(s.learned_ratio, color="r", ls="--", lw=0.8, label=f"target {s.learned_ratio:g}")
+    if spans_decades(learned["ratio"]):
+        a.set_yscale("log")
+        a.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        a.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if round(v / 10 ** np.floor(np.log10(v))) in (2, 5) else ""))
     a.set_xticks(x, r["scenario"], rotation=45, ha="right")
     a.set_ylabel("mean latency ÷ best heuristic of its mode")
     a.legend(fontsize=7)
@@ -403,8 +410,8 @@ def plot_ratios(r: pd.DataFrame, s: ScenarioSettings, plots: Path) -> list[Path]
     for ax in (a, b):
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
+    with atomic_dir(png.parent) as tmp:
+        fig.savefig(tmp / png.name, dpi=100, format="png")
     plt.close(fig)
     return [csv, png]
 

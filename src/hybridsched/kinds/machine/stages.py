@@ -16,7 +16,7 @@ import pandas as pd
 from hybridsched.errors import HybridschedError
 from hybridsched.evaluation import (DISPATCH_FILE, EVALUATE_COLUMNS, compare, dispatch_mode, read_dispatch, with_dispatch,
                                    write_importance_report, write_report)
-from hybridsched.io import TIMING_KEYS, atomic_dir, without_timings, write_frame, write_json, write_text
+from hybridsched.io import TIMING_KEYS, atomic_dir, check_finite, without_timings, write_frame, write_json, write_text
 from hybridsched.kinds.base import Run, instantiate, with_tuned, without_tuned
 from hybridsched.devices import Cluster, cluster_from_config
 from hybridsched.kinds.machine.workload import TaskTable, generate_splits, read_tasks
@@ -46,6 +46,7 @@ def check_config(run: Run) -> None:
     from hybridsched.kinds.machine.dqn import DQNSettings
     from hybridsched.rl.cem import CEMSettings
     from hybridsched.kinds.machine.tuning import TuneSettings
+    from hybridsched.kinds.machine.user_file import load_with_report
     from hybridsched.kinds.machine.workload import spec_from_config
 
     Cluster.from_dict(run.cfg["cluster"])
@@ -53,6 +54,8 @@ def check_config(run: Run) -> None:
     if w.get("path"):
         if not Path(str(w["path"])).is_file():
             raise HybridschedError(f"workload.path: file {w['path']!r} not found")
+        # read and split as generate does (same header, type and range checks)
+        load_with_report(w, max_memory_mb=Cluster.from_dict(run.cfg["cluster"]).max_task_memory_mb)
     else:
         for split in SPLITS:
             spec_from_config(w, split)
@@ -67,25 +70,28 @@ def check_config(run: Run) -> None:
 
 def profile(run: Run) -> dict[str, Any]:
     """Time matrix products on this machine's devices and fit the cost model's constants:
-    metrics/profile.json, metrics/plots/profile.png and ``cluster.profile_path``.  Only with
+    metrics/profile.json, metrics/plots/profile/profile.png and ``cluster.profile_path``.  Only with
     ``cluster.source: profile``, where the fit is used: a measurement differs on every machine,
     and the default pipeline must give the same bytes wherever it runs."""
     from hybridsched.kinds.machine.profiling import (ProfileSettings, fit_from_profile, plot_profile,
                                                       profile_matmul, report)
-    from hybridsched.not_applicable import write_placeholders
+    from hybridsched.not_applicable import empty_plot_dir
+    from hybridsched.plots import stage_plot_dir
 
+    plot_dir = stage_plot_dir(run.metrics_dir, "profile")
     if run.cfg["cluster"].get("source", "config") != "profile":
         reason = "not run: cluster.source is 'config' (the configured constants); set cluster.source=profile to measure"
         write_json(Path(run.cfg["cluster"]["profile_path"]), {"skipped": reason})
         write_json(run.metrics_dir / "profile.json", {"skipped": reason})
-        write_placeholders([run.metrics_dir / "plots" / "profile.png"], f"profile {reason}")
+        empty_plot_dir(plot_dir)  # nothing measured, nothing to draw
         print(f"profile: {reason}")
         return {"skipped": reason}
     settings = ProfileSettings.from_dict(run.cfg["profile"])
     result = profile_matmul(settings)
     fitted = fit_from_profile(result, settings)
     write_json(run.metrics_dir / "profile.json", result)
-    plot_profile(result, run.metrics_dir / "plots" / "profile.png")
+    with atomic_dir(plot_dir) as tmp:
+        plot_profile(result, tmp / "profile.png")
     write_json(Path(run.cfg["cluster"]["profile_path"]), fitted)
     print(report(result, fitted))
     return {"profile": result, "fitted": fitted}
@@ -236,6 +242,7 @@ def tune(run: Run) -> dict:
     import yaml
 
     from hybridsched.kinds.machine.tuning import TuneSettings, evaluate_config, run_study, save_plots, split_validation
+    from hybridsched.plots import stage_plot_dir
 
     settings, cluster = TuneSettings.from_dict(run.cfg["tune"]), _cluster(run)
     train = read_tasks(run.workload_dir / "train.parquet", max_memory_mb=cluster.max_task_memory_mb)
@@ -246,7 +253,7 @@ def tune(run: Run) -> dict:
     header = f"# Written by the tune stage (study {summary['study']}); read when use_tuned=true.\n"
     write_text(run.path("best_params"), header + yaml.safe_dump(summary["tuned_config"], sort_keys=True))
     write_json(run.metrics_dir / "tune.json", without_timings({k: v for k, v in summary.items() if k != "tuned_config"}))
-    pngs = save_plots(settings, summary["study"], run.metrics_dir / "plots")
+    pngs = save_plots(settings, summary["study"], stage_plot_dir(run.metrics_dir, "tune"))
     run.track("tune", {"best": summary["best"], "default": summary["default"] or {}}, [run.metrics_dir / "tune.json", *pngs])
     print(f"tune: {summary['n_complete']} trials, default {summary['default']} -> best {summary['best']}")
     return summary
@@ -395,11 +402,14 @@ def simulate(run: Run) -> pd.DataFrame:
         bound = without_timings(bound)
         write_json(tmp / "lower_bound.json", bound)
         write_json(tmp / DISPATCH_FILE, modes)
-    table = _table(traces, cluster, bound, tasks, modes)
+        table = _table(traces, cluster, bound, tasks, modes)
+        # a trace whose metrics are not finite (a zero makespan) is refused before it is kept
+        check_finite(table, run.traces_dir)
     run.track("simulate", {"lower_bound": bound, **table[["makespan", "mean_latency", "p95_latency", "energy_j"]].to_dict(orient="index")})
     return table.assign(workload=run.cfg["workload"]["name"])
 
 
+HEADLINE = {"column": "mean_latency", "label": "mean latency (s)"}  # the evaluate stage ranks by it
 DISPATCH_MODES = ("arrival", "ordered", "late")
 
 
@@ -466,10 +476,14 @@ def evaluate(run: Run) -> pd.DataFrame:
     table = _table(traces, cluster, bound, tasks, modes)
     summary = {"workload": run.cfg["workload"]["name"], "kind": "machine", "n_tasks": len(tasks), "lower_bound": bound,
                "policies": table.round(6).to_dict(orient="index")}
+    check_finite(table, run.metrics_dir / "summary.json", "policies")  # before any file of the report
     files = write_report(run.metrics_dir, summary, table, traces, utilisation_table(table, cluster.n_gpus))
     files += write_kind_plots(run.metrics_dir, traces, cluster)
-    run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files)
     print(table[[c for c in EVALUATE_COLUMNS if c in table]].round(3).to_string())
+    from hybridsched.headline import MainMetric, report  # only evaluate reads it: not a dep of every stage
+
+    head_files, head = report(run, table, MainMetric(**HEADLINE), bound.get("mean_latency"))
+    run.track("evaluate", {"lower_bound": bound, **summary["policies"]}, files + head_files, headline=head)
     return table
 
 

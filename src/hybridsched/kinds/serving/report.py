@@ -8,20 +8,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybridsched.plots import _pyplot, _save
+from hybridsched.plots import _pyplot, _save, policy_colours
 
 
 def save_pngs(traces: dict[str, pd.DataFrame], table: pd.DataFrame, sweep: pd.DataFrame | None,
               classes: tuple[str, ...], out: Path) -> list[Path]:
-    """Write the evaluate stage's PNGs under ``out``; returns their paths."""
+    """Write the evaluate stage's PNGs under ``out``; returns their paths.  Each policy has its
+    colour of :func:`policy_colours` over the traces' policies in every chart."""
     plt = _pyplot()
+    colours = policy_colours(list(traces) + (list(sweep["policy"].unique()) if sweep is not None else []))
     paths = []
     fig, axes = plt.subplots(1, len(classes), figsize=(5 * len(classes), 4), squeeze=False)
     for ax, c in zip(axes[0], classes, strict=True):
         for name, tr in traces.items():
             lat = np.sort(tr.loc[(tr["cls"] == c) & ~tr["dropped"], "latency"].to_numpy() * 1e3)
             if len(lat):
-                ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name)
+                ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), label=name, color=colours[name])
         ax.set(xscale="log", xlabel="end-to-end latency (ms, log)", ylabel="fraction served", title=f"{c}: latency CDF")
     axes[0][0].legend(fontsize=8)
     paths.append(_save(fig, out / "latency_cdf.png"))
@@ -40,7 +42,7 @@ def save_pngs(traces: dict[str, pd.DataFrame], table: pd.DataFrame, sweep: pd.Da
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, tr in traces.items():
         w = tr.loc[~tr["dropped"], "wait"].to_numpy() * 1e3
-        ax.hist(w, bins=50, histtype="step", label=name)
+        ax.hist(w, bins=50, histtype="step", label=name, color=colours[name])
     ax.set(xlabel="wait (ms)", ylabel="requests", yscale="log", title="Wait time histogram")
     ax.legend(fontsize=8)
     paths.append(_save(fig, out / "wait_hist.png"))
@@ -48,7 +50,7 @@ def save_pngs(traces: dict[str, pd.DataFrame], table: pd.DataFrame, sweep: pd.Da
     if sweep is not None and len(sweep):
         fig, ax = plt.subplots(figsize=(7, 4))
         for name, g in sweep.groupby("policy"):
-            ax.plot(g["rate"], g["slo_attainment"], marker="o", label=name)
+            ax.plot(g["rate"], g["slo_attainment"], marker="o", label=name, color=colours[name])
         ax.set(xlabel="offered load (requests/s)", ylabel="SLO attainment", title="SLO attainment vs load", ylim=(0, 1.02))
         ax.legend(fontsize=8)
         paths.append(_save(fig, out / "attainment_vs_load.png"))

@@ -23,6 +23,7 @@ from hybridsched.kinds.serving.settings import config_block as _block
 from hybridsched.evaluation import compare, write_report
 
 BASELINE = "fifo"  # the speed-up columns are over this policy
+HEADLINE = {"column": "slo_attainment", "label": "SLO attainment", "higher_is_better": True}  # evaluate ranks by it
 
 SPLITS = ("train", "test")
 
@@ -96,7 +97,7 @@ def check_latency_table(s: ServingSettings, w: dict[str, Any]) -> np.ndarray | N
 
 def profile(run: Run) -> dict[str, Any]:
     """Measure the models on this machine; write the table to ``serving.profile_path``,
-    metrics/profile.json and metrics/plots/profile.png."""
+    metrics/profile.json and metrics/plots/profile/profile.png."""
     from hybridsched.kinds.serving.profile import ProfileSettings, profile_models
     from hybridsched.kinds.serving.report import save_profile_png
 
@@ -106,7 +107,10 @@ def profile(run: Run) -> dict[str, Any]:
     write_json(s.profile_path, result)
     write_json(run.metrics_dir / "profile.json", {k: v for k, v in result.items() if k != "table"} |
                {"rows": len(table), "fitted_rows": int(table["fitted"].sum()), "table": result["table"]})
-    save_profile_png(table, run.metrics_dir / "plots" / "profile.png")
+    from hybridsched.plots import stage_plot_dir
+
+    with atomic_dir(stage_plot_dir(run.metrics_dir, "profile")) as tmp:
+        save_profile_png(table, tmp / "profile.png")
     run.track("profile", {"elapsed_s": result["elapsed_s"]}, [run.metrics_dir / "profile.json"])
     return {"rows": len(table), "elapsed_s": result["elapsed_s"]}
 
@@ -254,7 +258,7 @@ def tune(run: Run) -> dict[str, Any]:
     import yaml
 
     from hybridsched.kinds.serving.tuning import run_study
-    from hybridsched.plots import save_axes
+    from hybridsched.plots import save_axes, stage_plot_dir
 
     cfg = _block(run, "tune")
     s, lat, table = _served(run)
@@ -270,15 +274,12 @@ def tune(run: Run) -> dict[str, Any]:
     write_json(run.metrics_dir / "tune.json", without_timings(summary))
     from optuna.visualization import matplotlib as ovm
 
-    plots = run.metrics_dir / "plots"
-    pngs = [save_axes(ovm.plot_optimization_history(study), plots / "tune_history.png")]
-    if len(study.trials) > 2:
-        pngs.append(save_axes(ovm.plot_param_importances(study), plots / "tune_importance.png"))
-    else:  # a declared output of the tune stage: written either way, saying why it is empty
-        from hybridsched.not_applicable import write_placeholders
-
-        pngs += write_placeholders([plots / "tune_importance.png"],
-                                   f"parameter importances need 3+ trials (this study has {len(study.trials)})")
+    plots = stage_plot_dir(run.metrics_dir, "tune")
+    with atomic_dir(plots) as tmp:
+        save_axes(ovm.plot_optimization_history(study), tmp / "tune_history.png")
+        if len(study.trials) > 2:  # importances need 3+ trials; with fewer there is no such chart
+            save_axes(ovm.plot_param_importances(study), tmp / "tune_importance.png")
+    pngs = sorted(plots.glob("*.png"))
     run.track("tune", {"best": summary["best"], "default": summary["default"]}, [run.metrics_dir / "tune.json", *pngs])
     return summary
 
@@ -305,7 +306,9 @@ def simulate(run: Run) -> pd.DataFrame:
             write_frame(tmp / f"{name}.parquet", tr.requests)
             write_frame(tmp / f"{name}.batches.parquet", tr.batches)
             rows[name] = summarize(tr.requests, tr.batches, s)
+            print(f"simulate: {name:<16} SLO attainment {rows[name]['slo_attainment']:.4f}  p95 {rows[name]['p95_ms']:.1f} ms")
         bound = slo_bound(reqs, s, lat, noise=service_noise(s, len(reqs), seed))  # min of both bounds
+        print(f"simulate: upper bound on SLO attainment {bound['slo_attainment']:.4f}")
         sigma = {"/".join(s.variant_names(v)): round(float(x), 4) for v, x in enumerate(s.sigmas())}
         write_json(tmp / "bound.json", {**bound, "latency_table": s.latency_table, "predictor": pred_source,
                                         "sigma_source": s.sigma_source if s.variant_sigma else "fixed",
@@ -381,6 +384,9 @@ def evaluate(run: Run) -> pd.DataFrame:
             from hybridsched.kinds.serving.real import sim_vs_real as real_report
 
             real_report(run, tmp)
+    from hybridsched.headline import MainMetric, report  # only evaluate reads it: not a dep of every stage
+
+    head_files, head = report(run, table, MainMetric(**HEADLINE), bound.get("slo_attainment"))
     run.track("evaluate", {"bound": bound["slo_attainment"], **table[["slo_attainment"]].to_dict(orient="index")},
-              [out / "summary.json", out / "policies.csv", *pngs])
+              [out / "summary.json", out / "policies.csv", *pngs, *head_files], headline=head)
     return table
