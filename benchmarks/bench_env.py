@@ -10,6 +10,15 @@ each episode's end, and each step's action drawn uniformly among the feasible on
 ``gymnasium.make`` (``make``: Gymnasium's order and passive-checker wrappers around it).
 Target (2 cores): >= 20,000 steps/s through ``gymnasium.make``, best of three rounds by wall
 time (CPU time printed too: on a shared machine it is the steadier figure).
+
+One more row, ``cluster_make``: ``hybridsched/cluster-queue-v0`` (the cluster kind's queue
+mode, ``kinds/cluster/env.py``) through ``gymnasium.make`` on the test fixture
+(``tests/cluster/data``: 160 pods, 8 nodes; windows of 100-160 pods), ``--cluster-steps``
+steps, one round; no target (the queue engine is plain Python and numpy).
+
+One more row, ``serving_make``: ``hybridsched/serving-dispatch-v0`` (the serving kind's
+dispatch, ``kinds/serving/env.py``) through ``gymnasium.make`` on the shipped CPU table
+(``cpu_first_profile``, episodes of 300 requests), ``--serving-steps`` steps, one round; no target.
 """
 
 from __future__ import annotations
@@ -39,14 +48,50 @@ def run_steps(env, steps: int, seed: int = 0) -> tuple[float, float, int]:
     return time.perf_counter() - w0, time.process_time() - c0, episodes
 
 
+def cluster_row(steps: int) -> dict:
+    """The ``cluster_make`` row: ``steps`` random masked steps of the cluster queue env (module docstring)."""
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    import hybridsched.envs  # noqa: F401  (registers the id)
+
+    data = Path(__file__).resolve().parents[1] / "tests" / "cluster" / "data"
+    env = gym.make("hybridsched/cluster-queue-v0", pods=str(data / "pods.csv"), nodes=str(data / "nodes.csv"),
+                   gavel_path=str(data / "gavel.json"), time_compression=30.0, window=(100, 160), load=(0.75, 1.5))
+    run_steps(env, min(steps, 500))  # compile outside the timing
+    wall, cpu, episodes = run_steps(env, steps, seed=1)
+    env.close()
+    return {"env": "cluster_make", "steps": steps, "tasks_per_episode": None, "episodes": episodes,
+            "wall_s": round(wall, 3), "steps_per_s": round(steps / wall), "cpu_steps_per_s": round(steps / cpu),
+            "us_per_step": round(wall / steps * 1e6, 2)}
+
+
+def serving_row(steps: int) -> dict:
+    """The ``serving_make`` row: ``steps`` random masked steps of the serving dispatch env (module docstring)."""
+    import gymnasium as gym
+
+    import hybridsched.envs  # noqa: F401  (registers the id)
+
+    env = gym.make("hybridsched/serving-dispatch-v0", settings={"latency_table": "cpu_first_profile"}, n_requests=300)
+    run_steps(env, min(steps, 500))  # compile outside the timing
+    wall, cpu, episodes = run_steps(env, steps, seed=1)
+    env.close()
+    return {"env": "serving_make", "steps": steps, "tasks_per_episode": 300, "episodes": episodes,
+            "wall_s": round(wall, 3), "steps_per_s": round(steps / wall), "cpu_steps_per_s": round(steps / cpu),
+            "us_per_step": round(wall / steps * 1e6, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=100_000, help="steps per round")
     ap.add_argument("--tasks", type=int, default=1000, help="tasks per episode")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cluster-steps", type=int, default=20_000, help="steps of the cluster queue env")
+    ap.add_argument("--serving-steps", type=int, default=20_000, help="steps of the serving dispatch env")
     args = parse(ap)
     if args.smoke:
-        args.steps, args.tasks, args.rounds = 2000, 200, 1
+        args.steps, args.tasks, args.rounds, args.cluster_steps, args.serving_steps = 2000, 200, 1, 1000, 1000
     import gymnasium as gym
 
     import hybridsched.envs  # noqa: F401  (registers the id)
@@ -68,6 +113,8 @@ def main() -> None:
                      "wall_s": round(wall, 3), "steps_per_s": round(args.steps / wall),
                      "cpu_steps_per_s": round(args.steps / cpu), "us_per_step": round(wall / args.steps * 1e6, 2)})
         env.close()
+    rows.append(cluster_row(args.cluster_steps))
+    rows.append(serving_row(args.serving_steps))
     made = next(r for r in rows if r["env"] == "make")
     met = made["steps_per_s"] >= TARGET_STEPS_PER_S
     report("bench_env", rows, {"target_steps_per_s": TARGET_STEPS_PER_S, "met": met,

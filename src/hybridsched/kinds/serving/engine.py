@@ -259,6 +259,110 @@ def share_lanes(rem, fac, u, t_to, ends, denom):
         t += dmin
 
 
+@njit(cache=True)
+def next_decision(now, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_tab, eparams, lane_free,
+                  run_tok, run_var, run_ratio, corr, head, cand_end, cand_s, ready, trim_end, trim_s, gs, elig, r_batch,
+                  r_drop):
+    """:func:`_run`'s loop up to its policy call, for :class:`DispatchRun`.  Move the clock from
+    ``now`` to the next decision: ``t = max(now, earliest free lane,
+    earliest closed batch)``, past the instants where nothing eligible fits (to the next
+    completion or closing batch).  Returns ``(t, lane, ne)``: the decision's time, the lane its
+    batch runs on and the eligible groups (``gs``, ``elig`` filled by :func:`decide`); ``ne = 0``
+    when every request is batched or dropped."""
+    G = gptr.shape[0] - 1
+    n_lanes = lane_free.shape[0]
+    while True:
+        rmin = np.inf
+        for g in range(G):
+            if ready[g] < rmin:
+                rmin = ready[g]
+        if rmin == np.inf:
+            return now, -1, 0
+        lane = 0
+        for k in range(1, n_lanes):
+            if lane_free[k] < lane_free[lane]:
+                lane = k
+        t = max(now, lane_free[lane], rmin)
+        ne = decide(t, gptr, gidx, arrival, deadline, size, gvar, gcls, pred_lat, tokens_tab, eparams, lane_free,
+                    run_tok, run_var, run_ratio, corr, head, cand_end, cand_s, ready, trim_end, trim_s, gs, elig,
+                    r_batch, r_drop)
+        if ne > 0:
+            return t, lane, ne
+        nxt = np.inf  # nothing can start now: move to the next completion or closing batch
+        for k in range(n_lanes):
+            if lane_free[k] > t and lane_free[k] < nxt:
+                nxt = lane_free[k]
+        for g in range(G):
+            if ready[g] > t and ready[g] < nxt:
+                nxt = ready[g]
+        now = t if nxt == np.inf else nxt
+
+
+@njit(cache=True)
+def start_chosen(g, t, lane, nb, u, gptr, gidx, arrival, size, gvar, tables, noise, noise_col, eparams, lane_free,
+                 run_tok, run_var, run_ratio, head, cand_end, cand_s, ready, trim_end, trim_s, overlap, r_batch, bout,
+                 mode, denom):
+    """:func:`_run`'s loop after its policy call, for :class:`DispatchRun`.  Start group ``g``'s
+    trimmed candidate as batch ``nb`` on ``lane`` at ``t`` (the decision
+    :func:`next_decision` returned) under the contention model ``mode`` (:func:`_run`); returns
+    the time ``u`` the overlap model's remaining work refers to.  ``tables``: (served,
+    single-lane, predicted latency, tokens); ``overlap``: (remaining work, served / single-lane
+    ratio, end times, scratch, batch) per lane; ``bout``: the per-batch outputs in
+    :data:`BATCH_FIELDS` order."""
+    true_lat, alone_lat, pred_lat, tokens_tab = tables
+    rem, fac, ends, tmp, run_b = overlap
+    b_start, b_end, b_lane, b_group, b_samples, b_tokens, b_first, b_count = bout
+    n_lanes = lane_free.shape[0]
+    v = gvar[g]
+    s = trim_s[g]
+    nz = noise[nb, noise_col[v]]
+    if mode == C_OVERLAP:
+        share_lanes(rem, fac, u, t, ends, denom)  # the running batches' progress up to t
+        for k in range(n_lanes):
+            if lane_free[k] <= t:
+                rem[k] = 0.0
+            elif rem[k] <= 0.0:  # ended by t in float terms but not by lane_free: a hair left
+                rem[k] = 1e-300
+        u = t
+        rem[lane] = alone_lat[v, s] * nz
+        fac[lane] = true_lat[v, s] / alone_lat[v, s]
+        run_b[lane] = nb
+        tmp[:] = rem
+        share_lanes(tmp, fac, t, np.inf, ends, denom)
+        for k in range(n_lanes):
+            if k != lane and rem[k] > 0.0 and ends[k] != lane_free[k]:  # slowed by this start
+                lane_free[k] = ends[k]
+                kb = run_b[k]
+                b_end[kb] = ends[k]
+                run_ratio[k] = (ends[k] - b_start[kb]) / pred_lat[gvar[b_group[kb]], b_samples[kb]]
+        end = ends[lane]
+    else:
+        base = true_lat[v, s]
+        if mode == C_ALONE:
+            base = alone_lat[v, s]
+        elif mode == C_START:
+            base = alone_lat[v, s]
+            for k in range(n_lanes):
+                if k != lane and lane_free[k] > t:  # another lane busy: the contended (served) time
+                    base = true_lat[v, s]
+                    break
+        end = t + base * nz
+    lane_free[lane] = end
+    run_tok[lane] = tokens_tab[v, s]
+    run_var[lane] = v
+    run_ratio[lane] = (end - t) / pred_lat[v, s]  # actual / predicted, before correction
+    b_start[nb] = t
+    b_end[nb] = end
+    b_lane[nb] = lane
+    b_group[nb] = g
+    b_samples[nb] = s
+    b_tokens[nb] = tokens_tab[v, s]
+    b_first[nb] = head[g]
+    b_count[nb] = trim_end[g] - head[g]
+    start_batch(g, nb, gptr, gidx, arrival, size, eparams, head, cand_end, cand_s, ready, trim_end, r_batch)
+    return u
+
+
 @njit
 def _run(choose, arrival, deadline, size, variant, cls, gptr, gidx, gvar, gcls, true_lat, alone_lat, pred_lat, tokens_tab,
          noise, noise_col, eparams, pdata, pparams, n_lanes, r_batch, r_drop, b_start, b_end, b_lane, b_group, b_samples,
@@ -558,3 +662,85 @@ def simulate(reqs, settings, true_lat: np.ndarray, policy, pred_lat: np.ndarray 
     raw = run_arrays(reqs, settings, true_lat, policy, pred_lat, noise_seed, record)
     df, batches = trace_frames(reqs, policy.name, raw)
     return Trace(policy.name, df, batches, raw.obs, raw.dec_batch)
+
+
+class DispatchRun:
+    """The simulator one decision at a time, driven from Python (the Gymnasium env's loop):
+    :meth:`advance` runs :func:`next_decision` and :meth:`start` runs :func:`start_chosen`, the
+    two halves of :func:`_run`'s loop, on the inputs :func:`run_arrays` builds.  Choosing
+    :meth:`start`'s group with a policy's kernel gives ``run_arrays``'s schedule
+    (tests/serving/test_env.py holds the two equal).  ``_run`` keeps its own copy of the loop:
+    calling the two halves from it costs the compiled run about 1.8x its time.
+    ``online_alpha`` and ``drop`` (the predictive admission's factor, 0: off) are the engine
+    parameters a policy carries (:func:`engine_params`)."""
+
+    def __init__(self, reqs, settings, true_lat: np.ndarray, pred_lat: np.ndarray | None = None,
+                 noise_seed: int | None = None, online_alpha: float = 0.0, drop: float = 0.0) -> None:
+        n = len(reqs)
+        G = settings.n_groups
+        pred = true_lat if pred_lat is None else pred_lat
+        check_inputs(reqs, settings, true_lat, pred)
+        self.reqs, self.settings, self.n_groups = reqs, settings, G
+        self.gptr, self.gidx = group_index(reqs.group, G)
+        self.gvar, self.gcls = group_arrays(settings)
+        self.noise, self.noise_col = noise_table(settings, n, noise_seed)
+        self.pred = np.nan_to_num(pred, nan=np.inf)
+        self.true_, self.alone, self.mode, self.denom = contention_tables(settings, true_lat)
+        self.tokens_tab = settings.token_table()
+        self.eparams = np.array([settings.window_s, settings.max_batch, settings.token_capacity, float(drop),
+                                 float(online_alpha), 0.0])
+        self.r_batch = np.full(n, -2, np.int64)
+        self.r_drop = np.full(n, np.nan)
+        self.b = {k: np.empty(n, dt) for k, dt in BATCH_FIELDS}
+        self.head = self.gptr[:G].copy()
+        self.cand_end = np.empty(G, np.int64)
+        self.cand_s = np.zeros(G, np.int64)
+        self.ready = np.full(G, np.inf)
+        self.trim_end = np.empty(G, np.int64)
+        self.trim_s = np.zeros(G, np.int64)
+        init_candidates(self.gptr, self.gidx, reqs.arrival, reqs.size, self.eparams, self.head, self.cand_end,
+                        self.cand_s, self.ready)
+        L = settings.lanes
+        self.lane_free, self.run_tok = np.zeros(L), np.zeros(L)
+        self.run_var, self.run_ratio = np.full(L, -1, np.int64), np.ones(L)
+        self.corr = np.ones(true_lat.shape[0])
+        self.rem, self.fac, self.ends, self.tmp = np.zeros(L), np.ones(L), np.zeros(L), np.zeros(L)
+        self.run_b = np.full(L, -1, np.int64)
+        self.u = 0.0
+        self.gs = np.zeros((G + 1, NF))
+        self.gs[G, G_MAX_BATCH] = self.eparams[P_MAX_BATCH]
+        self.elig = np.empty(G, np.int64)
+        self.now, self.t, self.lane, self.ne, self.nb = -np.inf, -np.inf, -1, 0, 0
+        self._tables = (self.true_, self.alone, self.pred, self.tokens_tab)
+        self._overlap = (self.rem, self.fac, self.ends, self.tmp, self.run_b)
+        self._bout = tuple(self.b[k] for k, _ in BATCH_FIELDS)
+
+    def advance(self) -> int:
+        """Run to the next decision; the eligible groups there (``gs``, ``elig[:ne]``), 0 at the end."""
+        r = self.reqs
+        t, lane, ne = next_decision(self.now, self.gptr, self.gidx, r.arrival, r.deadline, r.size, self.gvar,
+                                    self.gcls, self.pred, self.tokens_tab, self.eparams, self.lane_free, self.run_tok,
+                                    self.run_var, self.run_ratio, self.corr, self.head, self.cand_end, self.cand_s,
+                                    self.ready, self.trim_end, self.trim_s, self.gs, self.elig, self.r_batch,
+                                    self.r_drop)
+        self.t, self.lane, self.ne = float(t), int(lane), int(ne)
+        return self.ne
+
+    def start(self, g: int) -> int:
+        """Start eligible group ``g``'s batch at the pending decision; the batch's index."""
+        if self.ne == 0 or not 0 <= g < self.n_groups or self.gs[g, ELIGIBLE] == 0.0:
+            raise ValueError(f"DispatchRun.start: group {g} is not eligible at the pending decision")
+        r = self.reqs
+        self.u = start_chosen(g, self.t, self.lane, self.nb, self.u, self.gptr, self.gidx, r.arrival, r.size,
+                              self.gvar, self._tables, self.noise, self.noise_col, self.eparams, self.lane_free,
+                              self.run_tok, self.run_var, self.run_ratio, self.head, self.cand_end, self.cand_s,
+                              self.ready, self.trim_end, self.trim_s, self._overlap, self.r_batch, self._bout,
+                              self.mode, self.denom)
+        self.now, self.ne = self.t, 0
+        self.nb += 1
+        return self.nb - 1
+
+    def raw(self) -> RawRun:
+        """The run so far as :func:`run_arrays` returns it (no recorded observations)."""
+        return RawRun(self.r_batch, self.r_drop, self.b, self.nb, np.zeros((0, N_OBS_PER_GROUP * self.n_groups + 2),
+                                                                              np.float32), np.zeros(0, np.int64))
