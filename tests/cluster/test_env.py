@@ -6,13 +6,11 @@ and its return must be minus the total JCT over the episode's scale."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import hybridsched.envs  # noqa: F401  (registers the id)
 from hybridsched.kinds.cluster.env import ENV_ID, N_FEATURES, ClusterQueueEnv, env_kwargs_from_config
@@ -20,6 +18,7 @@ from hybridsched.kinds.cluster.policies import EarliestFinishTime
 from hybridsched.kinds.cluster.queue_engine import simulate_queue
 from hybridsched.kinds.cluster.queue_order import ORDERS, HighestSlowdown, LearnedOrder, ShortestFirst
 from hybridsched.kinds.cluster.trace import read_pod_trace
+from tests.env_checks import check_env_warnings, drive, sync_and_async_agree
 
 DATA = Path(__file__).parent / "data"
 # the fixture's 160 pods with creation times / 30: about half of them wait, so the order matters
@@ -27,27 +26,10 @@ FIXTURE = {"pods": str(DATA / "pods.csv"), "nodes": str(DATA / "nodes.csv"), "ga
            "time_compression": 30.0}
 
 
-def _drive(env, choose, seed: int = 0) -> tuple[list[float], list[float], dict]:
-    """One episode with ``choose(env, obs, info) -> action``: (decision times, rewards, last info)."""
-    obs, info = env.reset(seed=seed)
-    times, rewards = [], []
-    while True:
-        assert obs in env.observation_space
-        times.append(info["time"])
-        obs, r, terminated, truncated, info = env.step(choose(env, obs, info))
-        rewards.append(r)
-        assert not truncated
-        if terminated:
-            return times, rewards, info
-
-
 def test_env_passes_gymnasium_check_env_without_warnings():
     for kw in ({}, {"window": (20, 40), "load": (0.5, 2.0), "max_candidates": 4}):
         env = gym.make(ENV_ID, **FIXTURE, **kw)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            check_env(env.unwrapped)
-        assert not [str(w.message) for w in caught], kw
+        assert not check_env_warnings(env.unwrapped), kw
         assert env.observation_space.shape == (env.unwrapped.max_candidates, N_FEATURES)
         assert env.action_space.n == env.unwrapped.max_candidates
 
@@ -65,7 +47,7 @@ def test_driven_by_an_order_the_env_gives_simulate_queues_greedy_schedule(name):
     ``simulate_queue`` computes them): start, end, node and GPUs of every pod are the engine's."""
     env = ClusterQueueEnv(**FIXTURE, max_candidates=200)
     order = _order(name)
-    times, rewards, info = _drive(env, lambda e, obs, info: e.policy_action(order))
+    times, rewards, info = drive(env, lambda e, obs, info: e.policy_action(order))
     eft = EarliestFinishTime()
     eft.fit(env.pods)
     ref = simulate_queue(env.inp, env.cluster, eft, _order(name), "greedy").trace
@@ -84,7 +66,7 @@ def test_the_order_decides_the_schedule_here():
     ends = []
     for order in (ORDERS["fifo"](), ShortestFirst()):
         env = ClusterQueueEnv(**FIXTURE, max_candidates=200)
-        _drive(env, lambda e, obs, info, o=order: e.policy_action(o))
+        drive(env, lambda e, obs, info, o=order: e.policy_action(o))
         ends.append(env.trace().end)
     assert not np.array_equal(*ends)
 
@@ -140,7 +122,7 @@ def test_reset_seed_reproduces_a_window_episode_and_other_seeds_differ():
     rng = np.random.default_rng(0)
 
     def episode(seed):
-        _, rewards, info = _drive(env, lambda e, obs, info: int(rng.choice(np.flatnonzero(info["action_mask"]))),
+        _, rewards, info = drive(env, lambda e, obs, info: int(rng.choice(np.flatnonzero(info["action_mask"]))),
                                   seed=seed)
         return sum(rewards), len(env.inp), env.trace().end.copy()
 
@@ -154,31 +136,8 @@ def test_reset_seed_reproduces_a_window_episode_and_other_seeds_differ():
     assert 30 <= a[1] <= 60
 
 
-def _rollout(vec, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    obs, infos = vec.reset(seed=[1, 2])
-    rewards, ends = [], []
-    for _ in range(steps):
-        acts = np.array([int(np.flatnonzero(m)[-1]) if m.any() else 0 for m in infos["action_mask"]])
-        obs, r, term, trunc, infos = vec.step(acts)
-        rewards.append(r)
-        ends.append(term)
-    return np.asarray(rewards), np.asarray(ends)
-
-
 def test_sync_and_async_vector_envs_run_two_envs_alike():
-    fns = [lambda: gym.make(ENV_ID, **FIXTURE, window=(10, 20), max_candidates=4) for _ in range(2)]
-    sync = gym.vector.SyncVectorEnv(fns)
-    asyn = gym.vector.AsyncVectorEnv(fns)
-    try:
-        r_sync, end_sync = _rollout(sync, 60)
-        r_async, end_async = _rollout(asyn, 60)
-    finally:
-        sync.close()
-        asyn.close()
-    assert end_sync.sum(axis=0).min() >= 2  # each env finished episodes and was reset
-    np.testing.assert_array_equal(end_sync, end_async)
-    np.testing.assert_array_equal(r_sync, r_async)
-
+    sync_and_async_agree(lambda: gym.make(ENV_ID, **FIXTURE, window=(10, 20), max_candidates=4), 60, lambda m: int(np.flatnonzero(m)[-1]))
 
 def test_env_kwargs_from_the_composed_config_name_the_generate_stages_files(tmp_path):
     """The pipeline's files: the split's and the node sample's parquet, the node policy fitted
@@ -195,7 +154,7 @@ def test_env_kwargs_from_the_composed_config_name_the_generate_stages_files(tmp_
            "nodes": {"gavel_path": str(DATA / "gavel.json"), "reference_model": "G2"}}
     env = ClusterQueueEnv(**env_kwargs_from_config(cfg), max_candidates=200)
     order = ShortestFirst()
-    _drive(env, lambda e, obs, info: e.policy_action(order))
+    drive(env, lambda e, obs, info: e.policy_action(order))
     eft = EarliestFinishTime()
     eft.fit(train)
     ref = simulate_queue(env.inp, env.cluster, eft, ShortestFirst(), "greedy").trace
@@ -213,5 +172,5 @@ def test_the_documented_snippet_makes_the_env_and_an_episode_runs(monkeypatch):
     scope: dict = {}
     exec(compile(code, "train-your-own-agent.md", "exec"), scope)
     env = scope["env"]
-    _, rewards, info = _drive(env, lambda e, obs, info: int(np.flatnonzero(info["action_mask"])[0]))
+    _, rewards, info = drive(env, lambda e, obs, info: int(np.flatnonzero(info["action_mask"])[0]))
     assert 50 <= len(env.unwrapped.inp) <= 100 and info["mean_jct"] > 0 and sum(rewards) < 0

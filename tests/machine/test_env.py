@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 from dataclasses import fields
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import hybridsched.envs  # noqa: F401  (registers the id)
 from hybridsched.devices import Cluster
@@ -28,6 +26,7 @@ from hybridsched.kinds.machine.policies.late_callable import CallableLate
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import WorkloadSpec, generate, spec_from_config
 from tests.machine.env_agents import eft_plain, first_feasible
+from tests.env_checks import check_env_warnings, drive, sync_and_async_agree
 
 CLUSTER = Cluster(n_gpus=2)
 
@@ -45,26 +44,10 @@ def _same_schedule(a, b) -> None:
             np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
 
 
-def _drive(env, choose) -> tuple[list[float], list[float], dict]:
-    """One episode with ``choose(env, obs, info) -> action``: (decision times, rewards, last info)."""
-    obs, info = env.reset(seed=0)
-    times, rewards = [], []
-    while True:
-        times.append(info["time"])
-        obs, r, terminated, truncated, info = env.step(choose(env, obs, info))
-        rewards.append(r)
-        assert not truncated
-        if terminated:
-            return times, rewards, info
-
-
 def test_env_passes_gymnasium_check_env_without_warnings():
     for kw in ({}, {"allow_wait": True, "max_candidates": 4}):
         env = gym.make(ENV_ID, n_tasks=40, **kw)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            check_env(env.unwrapped)
-        assert not [str(w.message) for w in caught], kw
+        assert not check_env_warnings(env.unwrapped), kw
         assert env.observation_space.shape == (env.unwrapped.max_candidates, N_OBS)
         assert env.action_space.n == env.unwrapped.max_candidates + (1 if kw else 0)
 
@@ -96,7 +79,7 @@ def test_driven_by_a_heuristic_the_env_gives_its_simulated_schedule(policy):
     tasks = _tasks()
     env = MachineLateEnv(tasks=tasks, cluster=CLUSTER, noise_seed=5, max_candidates=2 * len(tasks))
     p = policy()
-    times, rewards, info = _drive(env, lambda e, obs, info: e.policy_action(p))
+    times, rewards, info = drive(env, lambda e, obs, info: e.policy_action(p))
     ref = simulate(tasks, CLUSTER, policy(), env.realization)
     _same_schedule(env.trace(), ref)
     assert info["mean_latency"] == pytest.approx(float(np.mean(ref.end - ref.arrival)), abs=1e-9)
@@ -106,7 +89,7 @@ def test_driven_by_a_heuristic_the_env_gives_its_simulated_schedule(policy):
 def test_rewards_are_the_late_learners_and_return_is_minus_total_latency_over_m():
     env = MachineLateEnv(tasks=_tasks(300), cluster=CLUSTER, noise_seed=1, max_candidates=6)
     rng = np.random.default_rng(0)
-    times, rewards, info = _drive(env, lambda e, obs, info: rng.choice(np.flatnonzero(info["action_mask"])))
+    times, rewards, info = drive(env, lambda e, obs, info: rng.choice(np.flatnonzero(info["action_mask"])))
     tr = env.trace()
     np.testing.assert_allclose(rewards, decision_rewards(np.asarray(times), tr.arrival, tr.end, env._m),
                                rtol=1e-9, atol=1e-9)
@@ -158,32 +141,8 @@ def test_reset_seed_reproduces_an_episode_and_other_seeds_differ():
     assert a[0] != c[0]
 
 
-def _rollout(vec, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    obs, infos = vec.reset(seed=[1, 2])
-    rewards, ends = [], []
-    for _ in range(steps):
-        # the first feasible action of each env (0 too on an autoreset step, where it is ignored)
-        acts = np.array([int(np.flatnonzero(m)[0]) if m.any() else 0 for m in infos["action_mask"]])
-        obs, r, term, trunc, infos = vec.step(acts)
-        rewards.append(r)
-        ends.append(term)
-    return np.asarray(rewards), np.asarray(ends)
-
-
 def test_sync_and_async_vector_envs_run_two_envs_alike():
-    fns = [lambda: gym.make(ENV_ID, n_tasks=25, max_candidates=8) for _ in range(2)]
-    sync = gym.vector.SyncVectorEnv(fns)
-    asyn = gym.vector.AsyncVectorEnv(fns)
-    try:
-        r_sync, end_sync = _rollout(sync, 80)
-        r_async, end_async = _rollout(asyn, 80)
-    finally:
-        sync.close()
-        asyn.close()
-    assert end_sync.sum(axis=0).min() >= 2  # each env finished episodes and was reset
-    np.testing.assert_array_equal(end_sync, end_async)
-    np.testing.assert_allclose(r_sync, r_async, rtol=0, atol=0)
-
+    sync_and_async_agree(lambda: gym.make(ENV_ID, n_tasks=25, max_candidates=8), 80)
 
 def test_env_from_the_composed_config_replays_the_simulate_stage(tmp_path):
     """``env_kwargs_from_config`` gives the simulate stage's inputs (its test split, cluster and
@@ -199,7 +158,7 @@ def test_env_from_the_composed_config_replays_the_simulate_stage(tmp_path):
     stage = pd.read_parquet(tmp_path / "data" / "traces" / "eft_late.parquet")
     env = MachineLateEnv(**env_kwargs_from_config(run.cfg), max_candidates=1000)
     p = run.build_policies()["eft_late"]
-    _drive(env, lambda e, obs, info: e.policy_action(p))
+    drive(env, lambda e, obs, info: e.policy_action(p))
     tr = env.trace().to_frame()
     for col in ("gpu", "fraction", "cpu_start", "gpu_start", "end", "energy_j"):
         np.testing.assert_array_equal(tr[col].to_numpy(), stage[col].to_numpy(), err_msg=col)
@@ -231,7 +190,7 @@ def test_callable_adapter_runs_an_outside_policy_in_simulate():
         act = first_feasible if "first" in node["policy"] else eft_plain
         env = MachineLateEnv(tasks=tasks, cluster=CLUSTER, noise_seed=9, max_candidates=node["max_candidates"],
                              allow_wait=node.get("allow_wait", False))
-        _drive(env, lambda e, obs, info: act(obs, info["action_mask"]))
+        drive(env, lambda e, obs, info: act(obs, info["action_mask"]))
         _same_schedule(simulate(tasks, CLUSTER, adapter, real), env.trace())
 
 

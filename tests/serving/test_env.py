@@ -8,12 +8,10 @@ requests that met their SLO minus those that missed it."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import hybridsched.envs  # noqa: F401  (registers the id)
 from hybridsched.errors import HybridschedError
@@ -23,6 +21,7 @@ from hybridsched.kinds.serving.policies import FIFO, BatchAware, Predictive, Pri
 from hybridsched.kinds.serving.settings import ServingSettings
 from hybridsched.kinds.serving.workload import generate_stream, to_requests
 from tests.serving.conftest import dense, linear_table, serving_cfg
+from tests.env_checks import check_env_warnings, drive
 
 # two lanes, short windows and a load above capacity in bursts: the dispatch order matters
 SETTINGS = ServingSettings(lanes=2, max_batch=8, window_ms=5.0, service_sigma=0.1, token_capacity=700.0)
@@ -36,27 +35,10 @@ def _fixture(settings: ServingSettings = SETTINGS, n: int = 240, seed: int = 3) 
     return {"settings": settings, "latency": lat, "requests": to_requests(df, settings), "noise_seed": 7}
 
 
-def _drive(env, choose, seed: int = 0) -> tuple[list[float], list[float], dict]:
-    """One episode with ``choose(env, obs, info) -> action``: (decision times, rewards, last info)."""
-    obs, info = env.reset(seed=seed)
-    times, rewards = [], []
-    while True:
-        assert obs in env.observation_space
-        times.append(info["time"])
-        obs, r, terminated, truncated, info = env.step(choose(env, obs, info))
-        rewards.append(r)
-        assert not truncated
-        if terminated:
-            return times, rewards, info
-
-
 def test_env_passes_gymnasium_check_env_without_warnings():
     for kw in (_fixture(n=60), {"settings": SETTINGS, "latency": dense(SETTINGS), "n_requests": 40}):
         env = gym.make(ENV_ID, **kw)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            check_env(env.unwrapped)
-        assert not [str(w.message) for w in caught]
+        assert not check_env_warnings(env.unwrapped)
         G = SETTINGS.n_groups
         assert env.observation_space.shape == (N_OBS_PER_GROUP * G + 2,) and env.action_space.n == G
 
@@ -69,7 +51,7 @@ def test_env_driven_by_a_policy_gives_simulates_schedule(contention):
     schedules = {}
     for policy in (FIFO(), PriorityEDF()):
         env = ServingDispatchEnv(**kw)
-        _, rewards, info = _drive(env, lambda e, o, i: e.policy_action(policy))
+        _, rewards, info = drive(env, lambda e, o, i: e.policy_action(policy))
         tr = simulate(kw["requests"], s, kw["latency"], policy, noise_seed=7)
         got = env.trace(policy.name)
         cols = ["batch_id", "lane", "start", "end", "met_slo"]
@@ -114,7 +96,7 @@ def test_same_seed_same_episode_and_a_policy_with_other_engine_parameters_is_ref
     runs = []
     for seed in (5, 5, 6):
         env = ServingDispatchEnv(**kw)
-        runs.append(_drive(env, lambda e, o, i: e.policy_action(BatchAware()), seed=seed))
+        runs.append(drive(env, lambda e, o, i: e.policy_action(BatchAware()), seed=seed))
     assert runs[0][:2] == runs[1][:2]
     assert runs[0][0] != runs[2][0]  # another seed, another stream
     env = ServingDispatchEnv(**kw)
@@ -166,6 +148,6 @@ def test_the_documented_snippet_makes_the_env_and_an_episode_runs(monkeypatch):
     scope: dict = {"gym": gym}  # the page's first snippet imports it
     exec(compile(code, "train-your-own-agent.md", "exec"), scope)
     env = scope["env"]
-    _, rewards, info = _drive(env, lambda e, obs, info: e.unwrapped.policy_action(FIFO()))
+    _, rewards, info = drive(env, lambda e, obs, info: e.unwrapped.policy_action(FIFO()))
     assert info["batches"] > 0 and 0 < info["slo_attainment"] <= 1
     assert sum(rewards) == pytest.approx(2 * info["slo_attainment"] * 200 - 200)  # nothing dropped
