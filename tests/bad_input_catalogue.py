@@ -501,3 +501,18 @@ def assert_one_plain_line(message: str) -> None:
     assert "\n" not in message, message
     assert "np." not in message and "numpy" not in message, message
     assert "Traceback" not in message, message
+
+
+def assert_refused(fn, path: Path | str, expected: str) -> None:  # noqa: ANN001 (any callable)
+    """``fn()`` raises HybridschedError whose message, with ``path`` shown as FILE, is ``expected``:
+    one plain line, and documented in the catalogue."""
+    import pytest
+
+    from hybridsched.errors import HybridschedError
+
+    with pytest.raises(HybridschedError) as e:
+        fn()
+    message = as_documented(str(e.value), path)
+    assert message == expected
+    assert_one_plain_line(message)
+    assert_documented(message)

@@ -8,7 +8,6 @@ import errno
 import os
 import pathlib
 import time
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -18,19 +17,10 @@ from hybridsched.io import write_json
 from hybridsched.settings_schema import check_settings
 from hybridsched.tracking import log_run
 from stages.common import INTERRUPTED, run_stage
-from tests.bad_input_catalogue import as_documented, assert_documented, assert_one_plain_line
+from tests.bad_input_catalogue import as_documented, assert_documented, assert_refused
 from tests.runs import CONF, compose_run
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n"
-
-
-def _refused(fn, path: Path, expected: str) -> None:
-    with pytest.raises(HybridschedError) as e:
-        fn()
-    message = as_documented(str(e.value), path)
-    assert message == expected
-    assert_one_plain_line(message)
-    assert_documented(message)
 
 
 # --- MLflow tracking: a bad URI is one warning line, in seconds --------------------------
@@ -57,7 +47,7 @@ def test_a_bad_tracking_uri_is_one_warning_line_in_seconds(monkeypatch, capsys, 
 # --- settings and input files ---------------------------------------------------------
 
 
-def test_a_noise_sigma_that_zeroes_every_run_time_is_refused():
+def test_a_noise_sigma_that_zeroes_every_run_time_isassert_refused():
     """cluster.noise_sigma=1000 gave exit 0 with every latency 0.0."""
     with pytest.raises(HybridschedError) as e:
         check_settings(compose_run("cluster.noise_sigma=1000").cfg)
@@ -66,32 +56,32 @@ def test_a_noise_sigma_that_zeroes_every_run_time_is_refused():
     check_settings(compose_run("cluster.noise_sigma=3").cfg)
 
 
-def test_a_node_list_without_gpus_is_refused(tmp_path):
+def test_a_node_list_without_gpus_isassert_refused(tmp_path):
     """It crashed evaluate with a ZeroDivisionError."""
     from hybridsched.kinds.cluster.trace import read_node_list
 
     path = tmp_path / "nodes.csv"
     path.write_text(NODES + "n0,32000,262144,0,\nn1,64000,262144,0,\n")
-    _refused(lambda: read_node_list(path), path,
+    assert_refused(lambda: read_node_list(path), path,
              "FILE: no node has a GPU (gpu = 0 on all 2 rows); the cluster kind needs at least one GPU node")
 
 
-def test_repeated_node_names_are_refused(tmp_path):
+def test_repeated_node_names_areassert_refused(tmp_path):
     from hybridsched.kinds.cluster.trace import read_node_list
 
     path = tmp_path / "nodes.csv"
     path.write_text(NODES + "n0,32000,262144,8,G2\nn1,64000,262144,0,\nn0,96000,786432,8,G2\n")
-    _refused(lambda: read_node_list(path), path,
+    assert_refused(lambda: read_node_list(path), path,
              "FILE: column 'sn', row 3 (line 4): node name 'n0' repeats row 1; node names must be unique")
 
 
-def test_a_replay_trace_whose_times_are_all_equal_is_refused(tmp_path):
+def test_a_replay_trace_whose_times_are_all_equal_isassert_refused(tmp_path):
     """It was replayed as a uniform stream at workload.rate without a word."""
     from hybridsched.kinds.serving.workload import read_arrival_trace
 
     path = tmp_path / "trace.csv"
     path.write_text("TIMESTAMP,ContextTokens\n" + "2023-11-16 18:15:46,100\n" * 3)
-    _refused(lambda: read_arrival_trace(path, "TIMESTAMP", "ContextTokens"), path,
+    assert_refused(lambda: read_arrival_trace(path, "TIMESTAMP", "ContextTokens"), path,
              "FILE: every TIMESTAMP is the same (2023-11-16 18:15:46), so there are no gaps to replay; "
              "use a trace whose times differ, or workload.arrival=poisson")
 

@@ -14,18 +14,9 @@ from hybridsched.kinds.machine.bounds_lp import LPSettings, estimate_variables, 
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.policies.scorer import load_model
 from hybridsched.kinds.machine.runtime_model import FEATURE_NAMES, MODEL_FILES, TARGETS
-from tests.bad_input_catalogue import as_documented, assert_documented, assert_one_plain_line
+from tests.bad_input_catalogue import assert_refused
 from tests.conftest import small_workload
 from tests.runs import compose_run, outputs_in
-
-
-def _refused(fn, path, expected: str) -> None:
-    with pytest.raises(HybridschedError) as e:
-        fn()
-    message = as_documented(str(e.value), path)
-    assert message == expected
-    assert_one_plain_line(message)
-    assert_documented(message)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -38,14 +29,14 @@ def _refused(fn, path, expected: str) -> None:
 def test_a_truncated_or_keyless_cem_model_is_one_line(tmp_path, text, expected):
     """They raised JSONDecodeError / KeyError with a traceback."""
     (tmp_path / "model.json").write_text(text)
-    _refused(lambda: load_model(tmp_path), tmp_path / "model.json", expected)
+    assert_refused(lambda: load_model(tmp_path), tmp_path / "model.json", expected)
 
 
 def test_a_truncated_cluster_cem_model_is_one_line(tmp_path):
     from hybridsched.kinds.cluster.cem import MODEL_FILE, CEMPolicy
 
     (tmp_path / MODEL_FILE).write_text('{"kind": "clus')
-    _refused(lambda: CEMPolicy(str(tmp_path)).fit(None), tmp_path / MODEL_FILE,
+    assert_refused(lambda: CEMPolicy(str(tmp_path)).fit(None), tmp_path / MODEL_FILE,
              "FILE: not a valid model file (JSONDecodeError at char 9); rerun the train_cem stage")
 
 
@@ -105,5 +96,5 @@ def test_the_lp_size_estimate_is_close_to_the_real_size(capsys):
 
 
 def test_a_missing_cem_model_names_the_file_and_the_stage_to_rerun(tmp_path):
-    _refused(lambda: load_model(tmp_path), tmp_path / "model.json",
+    assert_refused(lambda: load_model(tmp_path), tmp_path / "model.json",
              "FILE: no trained cem model (run: dvc repro train_cem)")

@@ -171,7 +171,8 @@ def test_dashboard_idle_narrow_starting_and_long_retrain_timeline(browser, make_
     gate = threading.Event()  # holds the race's first segment: the "starting" phase lasts until it opens
     run = engine.Lane.run
     monkeypatch.setattr(engine.Lane, "run", lambda self, seg: (gate.wait(60), run(self, seg))[1])
-    settings = make_settings(speed=0.0, segment_tasks=200, tick_s=0.1)
+    # the race in a thread of this process, where the patched Lane.run holds it
+    settings = make_settings(speed=0.0, segment_tasks=200, tick_s=0.1, race_worker=False)
     state = "document.getElementById('status').dataset.state"
     with thread_server(create_app(settings)) as srv:
         page = browser.new_page(viewport={"width": 420, "height": 900}, bypass_csp=True)  # the test's own JS probes

@@ -1,5 +1,6 @@
 """Faults on a real server process: kill -9 mid-run leaves only whole batches, and the run
-resumes where the committed rows end; SIGTERM stops gracefully with everything flushed."""
+resumes where the committed rows end; SIGTERM stops gracefully with everything flushed. The
+race's worker process ends with the server either way (no orphan)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,29 @@ def _committed(store: Store, run_id: int) -> tuple[int, dict, list]:
     return n, run, rows
 
 
+def _race_worker(proc: subprocess.Popen) -> list:
+    """The server's child processes, once its race worker is among them (the race runs there)."""
+    import psutil
+
+    def children() -> list:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        return kids if any("spawn_main" in " ".join(k.cmdline()) for k in kids) else []
+
+    return wait_for(children, timeout=60)
+
+
+def _all_gone(procs: list) -> bool:
+    import psutil
+
+    def alive(p) -> bool:  # noqa: ANN001
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    return not any(alive(p) for p in procs)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_kill_9_mid_run_then_resume(tmp_path):
@@ -58,8 +82,10 @@ def test_kill_9_mid_run_then_resume(tmp_path):
     try:
         assert httpx.post(f"{base}/api/simulation/start", headers=AUTH, json={"speed": 0}, timeout=60).status_code == 200
         wait_for(lambda: httpx.get(f"{base}/api/simulation/status").json()["tasks"] > 3000, timeout=180, step=0.1)
+        workers = _race_worker(proc)  # the race and its writer run in a worker process
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+        wait_for(lambda: _all_gone(workers), timeout=30)  # which dies with the server: no orphan
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -84,8 +110,10 @@ def test_kill_9_mid_run_then_resume(tmp_path):
         assert st["speed"] == 0  # the run's speed, not the server's default 20
         assert all(s["n"] > n_before for s in st["summary"].values())  # carried on, not restarted at 0
         assert 0 <= st["tasks_per_s"] < 1e6
+        workers = _race_worker(proc)
         proc.send_signal(signal.SIGTERM)  # graceful: stop the race, commit, exit 0
         assert proc.wait(60) == 0
+        wait_for(lambda: _all_gone(workers), timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()

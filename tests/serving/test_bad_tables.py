@@ -9,11 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hybridsched.errors import HybridschedError
 from hybridsched.kinds.base import Run
 from hybridsched.kinds.serving import stages
 from hybridsched.kinds.serving.workload import read_arrival_trace
-from tests.bad_input_catalogue import as_documented, assert_documented, assert_one_plain_line
+from tests.bad_input_catalogue import assert_refused
 from tests.serving.conftest import linear_table, serving_cfg
 
 
@@ -24,15 +23,6 @@ def _table(tmp_path: Path, edit=None, **serving) -> tuple[Run, Path]:
     df = linear_table(stages.settings_of(Run(cfg=cfg)))
     (edit(df) if edit else df).to_csv(path, index=False)
     return Run(cfg=cfg), path
-
-
-def _refused(fn, path: Path, expected: str) -> None:
-    with pytest.raises(HybridschedError) as e:
-        fn()
-    message = as_documented(str(e.value), path)
-    assert message == expected
-    assert_one_plain_line(message)
-    assert_documented(message)
 
 
 def _negative(df: pd.DataFrame) -> pd.DataFrame:
@@ -61,21 +51,21 @@ def _decreasing(df: pd.DataFrame) -> pd.DataFrame:
 ])
 def test_check_refuses_a_bad_latency_table(tmp_path, edit, serving, expected):
     run, path = _table(tmp_path, edit, **serving)
-    _refused(lambda: stages.check_config(run), path, expected)
+    assert_refused(lambda: stages.check_config(run), path, expected)
 
 
 def test_a_missing_latency_table_is_refused_by_check(tmp_path):
     """Refused by check, before the profile stage measures the models for 2 minutes."""
     path = tmp_path / "nope.csv"
     run = Run(cfg=serving_cfg(tmp_path, latency_table=str(path)))
-    _refused(lambda: stages.check_config(run), path, "serving.latency_table: FILE not found")
+    assert_refused(lambda: stages.check_config(run), path, "serving.latency_table: FILE not found")
 
 
 def test_generate_names_the_table_not_a_missing_batch1_latency(tmp_path):
     """A table stopping at batch 128 with max_batch 256 is refused naming the file, the variant and
     the batch, not as "no batch-1 latency for a variant of the mix"."""
     run, path = _table(tmp_path, None, max_batch=256)
-    _refused(lambda: stages.generate(run), path,
+    assert_refused(lambda: stages.generate(run), path,
              "FILE: the rows of ('resnet18', 'torch', 'fp32') stop at batch 128, below serving.max_batch 256 (the table "
              "must reach it; or lower serving.max_batch)")
     assert not (tmp_path / "data" / "workload").exists()
@@ -91,4 +81,4 @@ def test_generate_names_the_table_not_a_missing_batch1_latency(tmp_path):
 def test_a_bad_replay_trace_is_one_line(tmp_path, text, expected):
     path = tmp_path / "arrivals.csv"
     path.write_text(text)
-    _refused(lambda: read_arrival_trace(path, "TIMESTAMP", "ContextTokens"), path, expected)
+    assert_refused(lambda: read_arrival_trace(path, "TIMESTAMP", "ContextTokens"), path, expected)
