@@ -59,9 +59,9 @@ def _serve(args: argparse.Namespace) -> int:
             raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    writer = app.state.svc.race.writer
-    if writer is not None and writer.error is not None:
-        raise HybridschedError(f"the last results could not be committed: {writer.error}")
+    writer_error = app.state.svc.race.writer_error
+    if writer_error is not None:
+        raise HybridschedError(f"the last results could not be committed: {writer_error}")
     return 0
 
 

@@ -171,7 +171,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
     async def gantt(policy: str = Query(..., pattern=NAME)) -> dict[str, Any]:
         """The last simulated minute of one policy's devices (parts: device, start, end, task)."""
         try:
-            return race.gantt(policy)
+            return await asyncio.to_thread(race.gantt, policy)  # the worker answers it
         except HybridschedError as e:
             raise HTTPException(404, str(e)) from None
 

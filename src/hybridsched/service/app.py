@@ -1,5 +1,6 @@
-"""The app factory: ``create_app(settings)`` wires the store, the race, metrics, WebSocket hub,
-security and the dashboard. Each app owns its objects (no module globals)."""
+"""The app factory: ``create_app(settings)`` wires the store, the race (in a worker process,
+``worker.py``), metrics, WebSocket hub, security and the dashboard. Each app owns its objects
+(no module globals)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     from hybridsched.service.api import HINTS, build_router
     from hybridsched.service.engine import Race
     from hybridsched.service.metrics import ServiceMetrics
-    from hybridsched.service.persistence import Store
+    from hybridsched.service.persistence import Store, _in_memory
     from hybridsched.service.security import (AuthFirst, BodyLimit, HeadAsGet, SecurityHeaders, make_limiter,
                                               origin_allowed, require_token, retry_after, token_check)
     from hybridsched.service.settings import check_policies
@@ -66,7 +67,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
         cache = RedisCache(settings.redis_url)
     metrics = ServiceMetrics()
-    race = Race(settings, store, metrics)
+    if settings.race_worker and not _in_memory(settings.database_url):
+        from hybridsched.service.worker import RaceClient
+
+        # the race and its writer in a worker process, started by the first run
+        race: Race | RaceClient = RaceClient(settings, store, metrics)
+    else:  # a thread of this process (a second process cannot open an in-memory database)
+        race = Race(settings, store, metrics)
     hub = Hub(race, metrics, settings.tick_s, settings.client_queue, settings.stall_drop_s, cache)
     state = SimpleNamespace(settings=settings, store=store, race=race, metrics=metrics, hub=hub, cache=cache,
                             limiter=make_limiter(settings.redis_url), **_executors(store.read_pool))

@@ -9,7 +9,7 @@ completions, the online DQN updates).  Decisions are causal, so simulating a seg
 of the clock changes nothing: results are *released* as the simulated clock passes each
 task's arrival (``speed`` simulated seconds per wall second; 0 = as fast as possible), in
 task order, to the database writer, the statistics and the metrics.  Everything runs in one
-background thread; the API only reads snapshots.
+background thread, in the race's worker process (``worker.py``); the API only reads snapshots.
 """
 
 from __future__ import annotations
@@ -391,6 +391,12 @@ class Race:
         self._thread = None
 
     # --- views -------------------------------------------------------------------------
+    @property
+    def writer_error(self) -> str | None:
+        """Why the last run's database writer failed (None: everything released was committed)."""
+        w = self.writer
+        return None if w is None or w.error is None else str(w.error)
+
     def tasks_per_s(self) -> float:
         """Tasks released per wall second over the last ``RATE_WINDOW_S`` of this run (0 unless
         running): counted from this run's own start, so neither an earlier run's count nor a

@@ -60,6 +60,24 @@ class ServiceMetrics:
         self.db_write.observe(seconds)
         self.db_tasks.inc(n_tasks)
 
+    def apply(self, events: list[tuple]) -> None:
+        """The observations a race in the worker process recorded (``worker.MetricEvents``)."""
+        for e in events:
+            if e[0] == "decided":
+                self.decided_segment(e[1], e[2], e[3])
+            elif e[0] == "released":
+                for p, n in e[1].items():
+                    self.tasks.labels(p).inc(n)
+                    s = e[2][p]
+                    if s["n"]:
+                        self.mean_latency.labels(p).set(s["mean_latency"])
+                        self.p95_latency.labels(p).set(s["p95_latency"])
+                        self.mean_energy.labels(p).set(s["mean_energy"])
+            elif e[0] == "retrained":
+                self.retrained(e[1])
+            elif e[0] == "written":
+                self.written(e[1], e[2])
+
     def render(self) -> bytes:
         from prometheus_client import generate_latest
 

@@ -63,6 +63,9 @@ class ServiceSettings(BaseSettings):
     # the interpreter's thread switch interval while serving: the race and the database writer
     # are busy Python threads, and a request waits up to this long for the GIL at each hand-over
     switch_interval_s: float = Field(0.005, gt=0.0, le=0.1)
+    # the race and its database writer in a worker process (the API's latency does not depend on
+    # the race); false: a thread of the API process (an in-memory SQLite database always is)
+    race_worker: bool = True
     client_queue: int = Field(8, ge=1)
     stall_drop_s: float = Field(10.0, gt=0.0)
     # the machine kind's composed config: cluster, workload, policies (name -> spec), workloads
