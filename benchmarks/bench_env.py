@@ -19,6 +19,10 @@ steps, one round; no target (the queue engine is plain Python and numpy).
 One more row, ``serving_make``: ``hybridsched/serving-dispatch-v0`` (the serving kind's
 dispatch, ``kinds/serving/env.py``) through ``gymnasium.make`` on the shipped CPU table
 (``cpu_first_profile``, episodes of 300 requests), ``--serving-steps`` steps, one round; no target.
+
+One more row, ``arrival_make``: ``hybridsched/machine-arrival-v0`` (the machine kind's arrival
+placement, ``kinds/machine/arrival_env.py``) through ``gymnasium.make`` with the same cluster and
+episodes as the late rows, ``--arrival-steps`` steps, one round; no target.
 """
 
 from __future__ import annotations
@@ -82,6 +86,22 @@ def serving_row(steps: int) -> dict:
             "us_per_step": round(wall / steps * 1e6, 2)}
 
 
+def arrival_row(steps: int, kw: dict) -> dict:
+    """The ``arrival_make`` row: ``steps`` random masked steps of the arrival env (module docstring);
+    ``kw``: the late rows' ``env_kwargs_from_config`` settings."""
+    import gymnasium as gym
+
+    import hybridsched.envs  # noqa: F401  (registers the id)
+
+    env = gym.make("hybridsched/machine-arrival-v0", **kw)
+    run_steps(env, min(steps, 500))  # compile outside the timing
+    wall, cpu, episodes = run_steps(env, steps, seed=1)
+    env.close()
+    return {"env": "arrival_make", "steps": steps, "tasks_per_episode": kw["n_tasks"], "episodes": episodes,
+            "wall_s": round(wall, 3), "steps_per_s": round(steps / wall), "cpu_steps_per_s": round(steps / cpu),
+            "us_per_step": round(wall / steps * 1e6, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=100_000, help="steps per round")
@@ -89,9 +109,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cluster-steps", type=int, default=20_000, help="steps of the cluster queue env")
     ap.add_argument("--serving-steps", type=int, default=20_000, help="steps of the serving dispatch env")
+    ap.add_argument("--arrival-steps", type=int, default=20_000, help="steps of the arrival placement env")
     args = parse(ap)
     if args.smoke:
         args.steps, args.tasks, args.rounds, args.cluster_steps, args.serving_steps = 2000, 200, 1, 1000, 1000
+        args.arrival_steps = 1000
     import gymnasium as gym
 
     import hybridsched.envs  # noqa: F401  (registers the id)
@@ -115,6 +137,7 @@ def main() -> None:
         env.close()
     rows.append(cluster_row(args.cluster_steps))
     rows.append(serving_row(args.serving_steps))
+    rows.append(arrival_row(args.arrival_steps, kw))
     made = next(r for r in rows if r["env"] == "make")
     met = made["steps_per_s"] >= TARGET_STEPS_PER_S
     report("bench_env", rows, {"target_steps_per_s": TARGET_STEPS_PER_S, "met": met,

@@ -7,6 +7,8 @@ points are strings, so importing this module imports no kind (and no numba code)
 
 - ``hybridsched/machine-late-v0``: the machine kind's late dispatch
   (:class:`hybridsched.kinds.machine.env.MachineLateEnv`).
+- ``hybridsched/machine-arrival-v0``: the machine kind's arrival dispatch, each task's placement
+  (:class:`hybridsched.kinds.machine.arrival_env.MachineArrivalEnv`).
 - ``hybridsched/cluster-queue-v0``: the cluster kind's queue mode, which pending pod starts next
   (:class:`hybridsched.kinds.cluster.env.ClusterQueueEnv`).
 - ``hybridsched/serving-dispatch-v0``: the serving kind's dispatch, which group's batch starts next
@@ -20,6 +22,7 @@ from gymnasium.envs.registration import register, registry
 # id -> "module:class"
 ENVS: dict[str, str] = {
     "hybridsched/machine-late-v0": "hybridsched.kinds.machine.env:MachineLateEnv",
+    "hybridsched/machine-arrival-v0": "hybridsched.kinds.machine.arrival_env:MachineArrivalEnv",
     "hybridsched/cluster-queue-v0": "hybridsched.kinds.cluster.env:ClusterQueueEnv",
     "hybridsched/serving-dispatch-v0": "hybridsched.kinds.serving.env:ServingDispatchEnv",
 }

@@ -213,20 +213,21 @@ class MachineLateEnv(gym.Env):
 
 
 def env_kwargs_from_config(cfg: dict[str, Any], split: str = "test", generated: bool = False,
-                           n_tasks: int = DEFAULT_TASKS) -> dict[str, Any]:
+                           n_tasks: int = DEFAULT_TASKS, env_name: str = "MachineLateEnv") -> dict[str, Any]:
     """The env's settings from a composed config (``params.yaml``, or Hydra's ``compose`` as
     plain containers): its cluster (``cluster_from_config``) and either the workload split the
     simulate stage runs with its noise (``sim.seed``), so the env's episode is the pipeline's run,
-    or (``generated``) episodes of ``n_tasks`` tasks drawn from that split's distribution."""
+    or (``generated``) episodes of ``n_tasks`` tasks drawn from that split's distribution;
+    ``env_name`` starts its refusal messages."""
     w = cfg["workload"]
     if w.get("kind", "machine") != "machine":
-        raise HybridschedError(f"MachineLateEnv: workload.kind is {w.get('kind')!r}; the env is the machine kind's")
+        raise HybridschedError(f"{env_name}: workload.kind is {w.get('kind')!r}; the env is the machine kind's")
     if split not in ("train", "test"):
-        raise HybridschedError(f"MachineLateEnv: split must be train or test, got {split!r}")
+        raise HybridschedError(f"{env_name}: split must be train or test, got {split!r}")
     kw: dict[str, Any] = {"cluster": cluster_from_config(cfg["cluster"])}
     if generated:
         if w.get("path"):
-            raise HybridschedError("MachineLateEnv: a file workload (workload.path) has no distribution to draw "
+            raise HybridschedError(f"{env_name}: a file workload (workload.path) has no distribution to draw "
                                    "episodes from; use generated=False")
         names = set(WorkloadSpec.__dataclass_fields__) - {"extra"}
         merged = {**w, **(w.get("test") or {})} if split == "test" else dict(w)
