@@ -464,8 +464,8 @@ def http_api_page() -> str:
     body = lines[3:] if len(lines) > 2 and lines[2].startswith("Generated") else lines[1:]
     return "\n".join(["# HTTP API", "", generated("the live service's OpenAPI schema (`create_app(settings).openapi()`, "
                                                   "`src/hybridsched/service/`)"),
-                      "", "How to run the service: [service.md](../service.md). Interactive version: `/docs` "
-                      "on a running server.", "", *body])
+                      "", "How to run the service: [service.md](../service.md). On a running server: `/docs` "
+                      "(the endpoints) and `/openapi.json`.", "", *body])
 
 
 # ---- reference/python-api.md ----------------------------------------------------------------

@@ -477,6 +477,9 @@ CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ('`service.workload=nosuch` (the server started; each run a client started failed)',
          'serve, before the server starts (`service.settings.check_policies`)',
          "`hybridsched serve: service.workload (or HYBRIDSCHED_WORKLOAD): 'nosuch' is not a machine-kind workload of conf/workload/; known: [...]`"),
+        ('a request whose `Host` header is not in `service.allowed_hosts` (any Host was answered)',
+         'the running server, HTTP 400 before any route (`service.security.HostCheck`; tests/service/test_trust.py)',
+         "`Host 'evil.example' is not served here; allowed: localhost, 127.0.0.1, ::1 (service.allowed_hosts or HYBRIDSCHED_ALLOWED_HOSTS)`"),
     ],
 }
 

@@ -53,7 +53,8 @@ def _serve(args: argparse.Namespace) -> int:
     # and ends the process the same way if SIGTERM comes before uvicorn has taken over
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, **server_options())
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                    **server_options(settings.stall_drop_s))
     except SystemExit as e:
         if e.code not in (0, None):  # uvicorn's own failures keep their status
             raise

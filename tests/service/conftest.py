@@ -35,7 +35,7 @@ def base_settings(tmp_path_factory) -> ServiceSettings:
     from tests.runs import untuned_override
 
     for var in ("HYBRIDSCHED_TOKEN", "HYBRIDSCHED_DATABASE_URL", "REDIS_URL", "HYBRIDSCHED_CORS_ORIGINS",
-                "HYBRIDSCHED_TRUSTED_PROXIES"):
+                "HYBRIDSCHED_TRUSTED_PROXIES", "HYBRIDSCHED_ALLOWED_HOSTS"):
         os.environ.pop(var, None)
     none = tmp_path_factory.mktemp("no-models")
     return load_settings([untuned_override(), f"train_late.model_dir={none / 'late'}",
@@ -48,7 +48,9 @@ def make_settings(base_settings, tmp_path):
 
     def make(**kw) -> ServiceSettings:
         fields = {"database_url": f"sqlite:///{tmp_path}/service.db", "token": "secret-token", "policies": CLASSIC,
-                  "segment_tasks": 200, "speed": 0.0, "tick_s": 0.05, "rate_limit": "1000/minute", **kw}
+                  "segment_tasks": 200, "speed": 0.0, "tick_s": 0.05, "rate_limit": "1000/minute",
+                  # the loopback names and TestClient's "testserver"
+                  "allowed_hosts": ["localhost", "127.0.0.1", "::1", "testserver"], **kw}
         return base_settings.model_copy(update=fields, deep=True)
 
     return make
@@ -90,7 +92,7 @@ class ThreadServer:
         self.port = free_port()
         # the options `hybridsched serve` uses (uvicorn's own forwarded-header handling off, ...)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    **server_options()))
+                                                    **server_options(app.state.svc.settings.stall_drop_s)))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

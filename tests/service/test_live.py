@@ -59,7 +59,8 @@ def test_updates_retrain_notification_pause_and_resume(learned_settings, thread_
         assert _status(srv.url)["summary"]["hybrid_ml"]["retrains"] > 0
         g = httpx.get(f"{srv.url}/api/gantt", params={"policy": "eft"}).json()
         assert g["parts"] and all(g["now"] - 60 <= p[2] and p[1] <= g["now"] for p in g["parts"])
-        assert httpx.post(f"{srv.url}/api/simulation/stop", headers=AUTH).json()["state"] == "stopped"
+        assert httpx.post(f"{srv.url}/api/simulation/stop", headers=AUTH).json()["state"] in ("stopping", "stopped")
+        wait_for(lambda: _status(srv.url)["state"] == "stopped", timeout=60)
 
 
 def test_a_stalled_websocket_client_does_not_stall_the_run(make_settings, thread_server):
@@ -133,3 +134,29 @@ def test_hub_skips_and_then_drops_a_client_whose_queue_stays_full():
 
     hub, client = asyncio.run(scenario())
     assert client.closed and not hub.clients
+
+
+def test_a_client_that_stops_reading_is_dropped_within_stall_drop_s(make_settings, thread_server):
+    """A raw WebSocket client completes the handshake and then reads nothing while updates flow:
+    it is disconnected within ``stall_drop_s`` (plus slack), and counted as dropped in the
+    status and in ``hybridsched_websocket_dropped_total``."""
+    import socket
+
+    settings = make_settings(speed=1.0, race_worker=False, stall_drop_s=1.5)
+    with thread_server(create_app(settings)) as srv:
+        assert httpx.post(f"{srv.url}/api/simulation/start", headers=AUTH, timeout=120).status_code == 200
+        stalled = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        stalled.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        assert stalled.recv(12) == b"HTTP/1.1 101"  # from here on it reads nothing
+        t0 = time.monotonic()
+        wait_for(lambda: _status(srv.url)["websocket"]["clients"] == 1, timeout=10)
+        wait_for(lambda: _status(srv.url)["websocket"]["dropped"] == 1, timeout=10)
+        took = time.monotonic() - t0
+        ws = _status(srv.url)["websocket"]
+        metrics = httpx.get(f"{srv.url}/api/metrics").text
+        httpx.post(f"{srv.url}/api/simulation/stop", headers=AUTH, timeout=60)
+        stalled.close()
+    assert took < 1.5 + 1.0, took
+    assert ws["clients"] == 0
+    assert "hybridsched_websocket_dropped_total 1.0" in metrics

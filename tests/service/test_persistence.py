@@ -118,3 +118,30 @@ def test_export_run_writes_parquet_traces(db_url, make_settings, tmp_path):
     assert names == sorted([f"{p}.parquet" for p in settings.policies] + ["tasks.parquet"])
     df = pd.read_parquet(out / "eft.parquet")
     assert list(df.columns) == list(TRACE_COLUMNS) and len(df) == 40
+
+
+def test_stop_answers_at_once_while_the_backlog_commits(make_settings, postgresql_url):
+    """On PostgreSQL a racing run has a backlog of batches to commit: Stop answers within a
+    second or so (state ``stopping``), the writer commits every released task after it, and the
+    run then shows ``stopped`` (resumable) with all its rows."""
+    import time
+
+    store = Store(postgresql_url)
+    store.upgrade()
+    store.delete_history()
+    settings = make_settings(database_url=postgresql_url, segment_tasks=5000, write_batch=5000, race_worker=False)
+    race = Race(settings, store)
+    run_id = race.start(speed=0)
+    wait_for(lambda: race.writer is not None and race.writer.backlog >= 15, timeout=120, step=0.01)
+    t0 = time.monotonic()
+    race.stop(wait=False)  # as the API's Stop does
+    took = time.monotonic() - t0
+    assert race.status()["state"] in ("stopping", "stopped")
+    wait_for(lambda: race.status()["state"] == "stopped", timeout=120)
+    try:
+        assert took < 3.0, f"stop took {took:.1f} s"
+        assert race.resumable and race.writer_error is None
+        assert store.counts(run_id) == {p: race.total for p in settings.policies}
+        assert store.run(run_id)["status"] == "stopped"
+    finally:
+        store.dispose()

@@ -107,3 +107,32 @@ def test_the_race_itself_refuses_bad_policy_lists(make_settings, bad):
     with pytest.raises(InvalidRequest):
         race.start(policies=bad)
     assert race.store.latest_run() is None
+
+
+def test_tasks_per_s_after_resume_leaves_out_the_pause(make_settings, monkeypatch):
+    """2,000 tasks/s for 5 s, a 60 s pause, then a resume: the rate window is running time, so
+    the first seconds after the resume show 2,000, not what 10,000 tasks over 65 s would give."""
+    from types import SimpleNamespace
+
+    import hybridsched.service.engine as engine
+
+    clock = [1000.0]  # the engine's clock only (other threads keep the real one)
+    monkeypatch.setattr(engine, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time, sleep=time.sleep))
+    race = _race(make_settings())
+    with race._lock:
+        race.state, race.run_id, race.total = "running", None, 0
+        race._samples.append((clock[0], 0))
+        for _ in range(50):  # 100 ms releases of 200 tasks
+            clock[0] += 0.1
+            race.total += 200
+            race._samples.append((clock[0], race.total))
+    assert race.tasks_per_s() == pytest.approx(2000, rel=0.05)
+    race.pause()
+    clock[0] += 60.0
+    assert race.tasks_per_s() == 0.0
+    race.resume()
+    clock[0] += 0.5
+    race.total += 1000
+    race._samples.append((clock[0], race.total))
+    assert race.tasks_per_s() == pytest.approx(2000, rel=0.1)
+    race.store.dispose()

@@ -1,8 +1,9 @@
 """What the service trusts, over HTTP: request bodies are counted as they arrive (whatever the
 headers claim), the token is checked before a body is read, forwarded headers count only from
 configured proxies, only raceable policies are offered and accepted, deleted runs are not
-resumable, HEAD is answered, browsers get security headers, a foreign page cannot open the
-WebSocket, and `hybridsched serve` exits 0 after SIGTERM."""
+resumable, HEAD is answered, browsers get security headers, /docs loads nothing from another
+origin, a foreign page cannot open the WebSocket, a foreign Host is refused, and
+`hybridsched serve` exits 0 after SIGTERM."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from hybridsched.errors import HybridschedError
 from hybridsched.service.app import STATIC, create_app
-from tests.service.conftest import free_port, serve
+from tests.service.conftest import free_port, serve, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": "Bearer secret-token"}
@@ -197,7 +198,7 @@ def test_after_deleting_the_history_nothing_is_resumable(make_settings):
     with TestClient(create_app(settings)) as c:
         assert c.post("/api/simulation/start", headers=AUTH).status_code == 200
         assert c.post("/api/simulation/stop", headers=AUTH).status_code == 200
-        st = c.get("/api/simulation/status").json()
+        st = wait_for(lambda: (s := c.get("/api/simulation/status").json())["state"] != "stopping" and s, timeout=60)
         assert st["state"] == "stopped" and st["resumable"] and st["run_id"] == 1
         assert c.delete("/api/history", headers=AUTH).json() == {"deleted_runs": 1}
         st = c.get("/api/simulation/status").json()
@@ -233,10 +234,24 @@ def test_every_answer_carries_the_security_headers(make_settings):
     for name, r in answers.items():
         assert r.headers["x-content-type-options"] == "nosniff", name
         assert r.headers["x-frame-options"] == "DENY", name
-        if name != "docs":  # Swagger UI comes from a CDN with inline scripts: no CSP there
-            csp = r.headers["content-security-policy"]
-            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, name
-    assert "content-security-policy" not in answers["docs"].headers
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, name
+
+
+def test_the_api_page_loads_nothing_from_another_origin(make_settings):
+    """/docs is served from the package: no CDN, no inline script or style, under the same
+    CSP as the dashboard; it links to the OpenAPI schema, which answers."""
+    with TestClient(create_app(make_settings())) as c:
+        r = c.get("/docs")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+        html = r.text
+        assert not re.search(r"(?:src|href)=\"(?:https?:)?//", html), "an external origin"
+        assert "http://" not in html and "https://" not in html
+        assert "<script" not in html and "<style" not in html and "style=" not in html
+        assert '<a href="/openapi.json">' in html and "/api/simulation/start" in html
+        assert c.get("/openapi.json").json()["paths"]
+        assert c.get("/redoc").status_code == 404
 
 
 def test_the_dashboard_loads_only_what_its_csp_allows(make_settings):
@@ -269,6 +284,44 @@ def test_a_foreign_page_cannot_open_the_websocket(make_settings):
         for headers in ({"Origin": "http://testserver"}, {"Origin": "https://dash.example"}, {}):
             with c.websocket_connect("/ws", headers=headers) as ws:
                 assert ws.receive_json()["type"] == "hello", headers
+
+
+
+# --- hosts ----------------------------------------------------------------------------------------
+def test_a_foreign_host_is_refused_with_one_line(make_settings, thread_server):
+    """By default the loopback names and the bound host are answered; any other ``Host`` (a
+    rebound DNS name) gets 400 naming the host and the setting, on the API, the page and /ws."""
+    from tests.bad_input_catalogue import assert_documented, assert_one_plain_line
+
+    with thread_server(create_app(make_settings(allowed_hosts=[]))) as srv:
+        for host in ("127.0.0.1", f"127.0.0.1:{srv.port}", f"localhost:{srv.port}", "[::1]"):
+            assert httpx.get(f"{srv.url}/api/health", headers={"Host": host}).status_code == 200, host
+        for path in ("/api/health", "/", "/api/simulation/status"):
+            r = httpx.get(f"{srv.url}{path}", headers={"Host": "evil.example"})
+            assert r.status_code == 400, path
+            assert r.headers["x-frame-options"] == "DENY"
+        detail = r.json()["detail"]
+        assert_one_plain_line(detail)
+        assert_documented(detail)
+        r = httpx.post(f"{srv.url}/api/simulation/start", headers={"Host": "evil.example", **AUTH}, json={})
+        assert r.status_code == 400 and srv.server.config.app.state.svc.store.latest_run() is None
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:  # the WebSocket too
+            sock.sendall(b"GET /ws HTTP/1.1\r\nHost: evil.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            assert not sock.recv(4096).startswith(b"HTTP/1.1 101")
+
+
+def test_allowed_hosts_is_configurable(make_settings, monkeypatch):
+    from hybridsched.service.settings import ServiceSettings
+
+    with TestClient(create_app(make_settings(allowed_hosts=["dash.example.org", "*.ops.example"]))) as c:
+        for host, code in (("dash.example.org", 200), ("a.ops.example", 200), ("testserver", 400),
+                           ("localhost", 400), ("ops.example.evil", 400)):
+            assert c.get("/api/health", headers={"Host": host}).status_code == code, host
+    with TestClient(create_app(make_settings(allowed_hosts=["*"]))) as c:
+        assert c.get("/api/health", headers={"Host": "anything.example"}).status_code == 200
+    monkeypatch.setenv("HYBRIDSCHED_ALLOWED_HOSTS", "dash.example.org, 10.0.0.5")
+    assert ServiceSettings(machine={}).allowed_hosts == ["dash.example.org", "10.0.0.5"]
 
 
 # --- the command ----------------------------------------------------------------------------------

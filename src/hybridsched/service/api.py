@@ -1,9 +1,10 @@
-"""REST endpoints (``/api/...``); OpenAPI at ``/docs``. Mutating endpoints need the bearer
+"""REST endpoints (``/api/...``); the OpenAPI schema at ``/openapi.json`` (listed at ``/docs``). Mutating endpoints need the bearer
 token and are rate limited; no endpoint takes a filesystem path."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Annotated, Any
@@ -139,7 +140,9 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
                     responses=_codes(*GUARDED, 409))(
             limiter.limit(limit)(endpoint))
 
-    control("stop", race.stop, "Stop the run; what was released is committed before the answer.")
+    control("stop", functools.partial(race.stop, wait=False),
+            "Stop the run. The answer comes at once with state `stopping` while what was released is "
+            "committed; the status then says `stopped` (resumable), every released task stored.")
     control("pause", race.pause, "Freeze the simulated clock.")
     control("resume", race.resume, "Let the simulated clock run again.")
 
@@ -160,7 +163,7 @@ def build_router(app_state: Any, auth, limit: str) -> APIRouter:  # noqa: ANN001
         (the server died during it) or ``stopped``, with ``resumable: true``: POST start with
         ``{"resume": true}`` continues it with its summaries and speed. Served from the Redis
         status cache when this process has no run and a cache is configured."""
-        s = race.status()
+        s = {**race.status(), "websocket": app_state.hub.counts()}
         if s["state"] == "idle" and cache is not None:
             cached = await asyncio.to_thread(cache.get_status)
             if cached:

@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from hybridsched.service.settings import ServiceSettings
@@ -23,16 +23,37 @@ from hybridsched.service.settings import ServiceSettings
 STATIC = Path(__file__).with_name("static")
 
 
-def server_options() -> dict[str, Any]:
+def _protocol() -> type:
+    """uvicorn's sans-I/O WebSocket protocol, telling the app why it ends a connection whose
+    client did not answer a keepalive ping: the hub counts that client as dropped
+    (``ws.STALLED``), and the connection is aborted rather than left waiting for the unread
+    data in its buffers to drain."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    from hybridsched.service.ws import STALLED
+
+    class StallAware(WebSocketsSansIOProtocol):
+        def keepalive_timeout(self) -> None:
+            if not (self.close_sent or self.transport.is_closing()):
+                self.queue.put_nowait({"type": "websocket.disconnect", "code": 1011, "reason": STALLED})
+            super().keepalive_timeout()
+            self.transport.abort()
+
+    return StallAware
+
+
+def server_options(stall_drop_s: float = 10.0) -> dict[str, Any]:
     """The ``uvicorn.Config`` options the app is served with (``hybridsched serve``; the tests'
-    servers use them too)."""
+    servers use them too); ``stall_drop_s`` is ``service.stall_drop_s``."""
     # ws_per_message_deflate off: every client's deflate context compressed the same update again
     # (50 clients: ~15 % of the event loop's time in the live race), on the thread that answers
     # the REST calls; the updates are a few kB of JSON at <= 10 per second.
     # proxy_headers off: uvicorn's own handling believes X-Forwarded-For from any local peer; the
     # app believes it only from service.trusted_proxies (create_app)
-    return {"ws": "websockets-sansio", "ws_per_message_deflate": False, "timeout_graceful_shutdown": 10,
-            "proxy_headers": False}
+    # keepalive pings every stall_drop_s / 2, each answered within stall_drop_s / 2: a client that
+    # stops reading is dropped within stall_drop_s (its socket buffers would take minutes to fill)
+    return {"ws": _protocol(), "ws_per_message_deflate": False, "timeout_graceful_shutdown": 10,
+            "proxy_headers": False, "ws_ping_interval": stall_drop_s / 2, "ws_ping_timeout": stall_drop_s / 2}
 
 
 def _executors(history_threads: int) -> dict[str, ThreadPoolExecutor]:
@@ -51,8 +72,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     from hybridsched.service.engine import Race
     from hybridsched.service.metrics import ServiceMetrics
     from hybridsched.service.persistence import Store, _in_memory
-    from hybridsched.service.security import (AuthFirst, BodyLimit, HeadAsGet, SecurityHeaders, make_limiter,
-                                              origin_allowed, require_token, retry_after, token_check)
+    from hybridsched.service.security import (AuthFirst, BodyLimit, HeadAsGet, HostCheck, SecurityHeaders,
+                                              allowed_host_names, make_limiter, origin_allowed, require_token,
+                                              retry_after, token_check)
     from hybridsched.service.settings import check_policies
     from hybridsched.service.ws import Hub
 
@@ -102,7 +124,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                 cache.close()
             store.dispose()
 
-    app = FastAPI(title="hybridsched live service", version="1", lifespan=lifespan,
+    # no Swagger UI or ReDoc: both load their scripts from a CDN; /docs is a page of this package
+    app = FastAPI(title="hybridsched live service", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Schedulers racing on one task stream: control, history, metrics, live updates.")
     app.state.limiter = state.limiter
     app.state.svc = state
@@ -128,7 +151,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, invalid)
     # middleware, innermost first: the body limit counts what is read; the token is checked
     # before anything reads a body; HEAD is answered as GET; CORS (closed unless configured);
-    # forwarded headers believed from the configured proxies only; security headers on every answer
+    # forwarded headers believed from the configured proxies only; a foreign Host refused; security
+    # headers on every answer
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthFirst, check=token_check(settings.token, state.limiter, settings.auth_fail_limit))
     app.add_middleware(HeadAsGet)
@@ -141,6 +165,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
+    app.add_middleware(HostCheck, allowed=allowed_host_names(settings.allowed_hosts, settings.host))
     app.add_middleware(SecurityHeaders)
     app.include_router(build_router(state, require_token(settings.token, state.limiter, settings.auth_fail_limit),
                                     settings.rate_limit))
@@ -154,6 +179,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             await websocket.close(code=1008)  # before accept: the handshake is answered 403
             return
         await hub.serve(websocket)
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """The endpoints and a link to ``/openapi.json``, served from the package."""
+        from hybridsched.service.openapi_doc import html_page
+
+        return HTMLResponse(html_page(app.openapi()))
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

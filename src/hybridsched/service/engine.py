@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 # The engine (numba), the task generator (pandas) and the policies' models (torch) are imported
 # when a race needs them, not at start-up: the idle server starts in seconds and stays small.
 
-STATES = ("idle", "running", "paused", "stopped", "finished", "error", "interrupted")
+# stopping: a stopped run's writer still commits what it released (then: stopped)
+STATES = ("idle", "running", "paused", "stopping", "stopped", "finished", "error", "interrupted")
 RATE_WINDOW_S = 5.0  # status.tasks_per_s: tasks released over the last few wall seconds of this run
 
 
@@ -193,6 +194,7 @@ class Race:
         self._notes: list[dict] = []
         # (monotonic t, total) samples of this run's releases, for tasks/s; reset at every start
         self._samples: deque[tuple[float, int]] = deque()
+        self._paused_at: float | None = None  # monotonic time of the last pause (None: not paused)
         self.resumable = False
         # True from a start until its first tasks are released: the first segment builds the
         # policies' models and compiles the engine's kernels (status "phase": "starting")
@@ -269,7 +271,12 @@ class Race:
         with self._lock:
             if self.state in ("running", "paused"):
                 raise HybridschedError(f"a run is already {self.state} (run {self.run_id}); stop it first")
-            self._join()
+        # a stopping run commits its last batches first (its thread takes the lock to say it is
+        # done): wait for it outside the lock
+        self._join()
+        with self._lock:
+            if self.state in ("running", "paused", "stopping"):  # another start came first
+                raise HybridschedError(f"a run is already {self.state} (run {self.run_id}); stop it first")
             if resume:
                 run = self.store.latest_resumable()
                 if run is None:
@@ -308,6 +315,7 @@ class Race:
             self.total, self._since_update, self.sim_time = start_at, 0, sim_time
             self._samples.clear()
             self._samples.append((time.monotonic(), start_at))
+            self._paused_at = None
             if stats is None:
                 stats = RaceStats(self.policies, self.cluster.n_devices)
                 wl = config.get("workload") or {}
@@ -350,14 +358,17 @@ class Race:
     def resume(self) -> None:
         self._transition({"paused"}, "running")
 
-    def stop(self) -> None:
-        """Stop the run; everything released so far is committed before this returns."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop the run: the state is ``stopping`` while the writer commits everything released
+        so far (a backlog takes seconds on PostgreSQL), then ``stopped``. With ``wait``, return
+        once it is ``stopped``; without, at once (the API's Stop)."""
         with self._lock:
             if self.state not in ("running", "paused"):
                 raise HybridschedError(f"no run to stop (state: {self.state})")
-            self.state = "stopped"
+            self.state = "stopping"
             self._wake.set()
-        self._join()
+        if wait:
+            self._join()
 
     def set_speed(self, speed: float) -> None:
         with self._lock:
@@ -371,7 +382,7 @@ class Race:
         """Graceful exit: stop a live run ('stopped', resumable) and flush the writer."""
         with self._lock:
             if self.state in ("running", "paused"):
-                self.state = "stopped"
+                self.state = "stopping"
             self._wake.set()
         self._join()
 
@@ -381,6 +392,14 @@ class Race:
                 raise HybridschedError(f"cannot {'pause' if to == 'paused' else 'resume'} a run that is {self.state}")
             self.state = to
             run_id = self.run_id
+            now = time.monotonic()
+            if to == "paused":
+                self._paused_at = now
+            elif self._paused_at is not None:
+                # the rate window is wall time spent running: the pause is cut out of it, so
+                # the first seconds after a resume show the rate from before the pause
+                gap, self._paused_at = now - self._paused_at, None
+                self._samples = deque((t + gap, n) for t, n in self._samples)
             self._wake.set()
         self.store.set_status(run_id, to)
 
@@ -474,7 +493,9 @@ class Race:
                     self.error = f"database writer: {self.writer.error}"
             final = self.state if self.state in ("stopped", "finished", "error") else "stopped"
             self.store.set_status(self.run_id, final)
-            self.resumable = final == "stopped"
+            with self._lock:  # "stopped" is shown once every released task is committed
+                self.resumable = final == "stopped"
+                self.state = final
 
     def _loop(self, config: dict, lanes: list[Lane], start_at: int) -> None:
         seg_n = int(config["segment_tasks"])

@@ -33,6 +33,9 @@ class ServiceMetrics:
                                 ["policy"], registry=r)
         self.clients = Gauge("hybridsched_websocket_clients", "Connected WebSocket clients", registry=r)
         self.dropped = Counter("hybridsched_websocket_dropped_total",
+                               "WebSocket clients disconnected because they stopped reading (stall_drop_s)",
+                               registry=r)
+        self.skipped = Counter("hybridsched_websocket_skipped_total",
                                "WebSocket messages skipped because a client's queue was full", registry=r)
         self.db_write = Histogram("hybridsched_db_write_seconds", "Wall time of one database transaction",
                                   registry=r)

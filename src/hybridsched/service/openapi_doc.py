@@ -10,7 +10,7 @@ def render(spec: dict[str, Any]) -> str:
     """One section per endpoint: method, path, summary, auth, parameters, request body, responses."""
     lines = [f"# {spec['info']['title']} — API reference", "",
              "Generated from the app's OpenAPI schema (`hybridsched openapi --out FILE`); "
-             "do not edit by hand. Interactive version: `/docs` on a running server.", "",
+             "do not edit by hand. On a running server: `/docs` (the endpoints) and `/openapi.json`.", "",
              "Endpoints marked **auth** need `Authorization: Bearer $HYBRIDSCHED_TOKEN` (401 without a token, "
              "403 with a wrong one; checked before the request body is read) and are rate limited per client "
              "address (`rate_limit`, 429; the address is the connection's peer unless it is one of "
@@ -64,3 +64,26 @@ def render(spec: dict[str, Any]) -> str:
               "page from another origin (its `Origin` is neither this `Host` nor one of `cors_origins`) is "
               "refused (close code 1008, HTTP 403).", ""]
     return "\n".join(lines)
+
+
+def html_page(spec: dict[str, Any]) -> str:
+    """``/docs``: the endpoints of ``spec`` (method, path, auth, summary) and a link to the
+    OpenAPI schema, as one self-contained page: no script, no style, nothing from another origin
+    (the dashboard's Content-Security-Policy applies)."""
+    from html import escape
+
+    rows = []
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            auth = "yes" if any("HTTPBearer" in s for s in op.get("security", [])) else ""
+            rows.append(f"<tr><td>{escape(method.upper())}</td><td><code>{escape(path)}</code></td>"
+                        f"<td>{auth}</td><td>{escape(op.get('summary', ''))}</td></tr>")
+    title = escape(spec["info"]["title"])
+    return "\n".join([
+        '<!doctype html>', '<html lang="en">', '<head><meta charset="utf-8">', f"<title>{title} — API</title></head>",
+        "<body>", f"<h1>{title} — API</h1>",
+        '<p>OpenAPI schema: <a href="/openapi.json">/openapi.json</a> (load it into any OpenAPI viewer or '
+        'client generator). Endpoints marked auth need <code>Authorization: Bearer $HYBRIDSCHED_TOKEN</code>. '
+        'Dashboard: <a href="/">/</a>.</p>',
+        "<table>", "<tr><th>Method</th><th>Path</th><th>Auth</th><th>Summary</th></tr>", *rows, "</table>",
+        "</body>", "</html>", ""])

@@ -161,18 +161,15 @@ def make_limiter(redis_url: str | None):  # -> slowapi.Limiter
 
 
 # The dashboard loads its page, script, styles and Chart.js from /static and talks to /api and /ws
-# on the same host: nothing else is allowed, and no other site may frame it.
+# on the same host; /docs is plain HTML: nothing else is allowed, and no other site may frame them.
 DASHBOARD_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                  "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-# FastAPI's interactive API pages load Swagger UI / ReDoc from a CDN with inline scripts: they get
-# the other headers but no Content-Security-Policy
-NO_CSP_PATHS = ("/docs", "/redoc")
 
 
 class SecurityHeaders:
     """ASGI middleware: every HTTP response says ``X-Content-Type-Options: nosniff``,
-    ``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``, and (outside the API pages
-    of ``NO_CSP_PATHS``) carries the dashboard's Content-Security-Policy."""
+    ``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``, and carries the dashboard's
+    Content-Security-Policy."""
 
     def __init__(self, app, csp: str = DASHBOARD_CSP) -> None:  # noqa: ANN001
         self.app, self.csp = app, csp.encode()
@@ -182,9 +179,7 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
         extra = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
-                 (b"referrer-policy", b"no-referrer")]
-        if not scope["path"].startswith(NO_CSP_PATHS):
-            extra.append((b"content-security-policy", self.csp))
+                 (b"referrer-policy", b"no-referrer"), (b"content-security-policy", self.csp)]
 
         async def with_headers(msg: dict) -> None:
             if msg["type"] == "http.response.start":
@@ -229,6 +224,52 @@ def _host_port(netloc: str, scheme: str) -> tuple[str, int | None]:
         return (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
     except ValueError:  # a malformed port
         return netloc.lower(), None
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def allowed_host_names(configured: list[str], bound: str) -> list[str]:
+    """The ``Host`` names the service answers: ``configured`` (``service.allowed_hosts``) when
+    given, else this machine's loopback names and the bound address ``bound``."""
+    names = configured or [*LOCAL_HOSTS, bound]
+    return list(dict.fromkeys(n.strip().lower().strip("[]") for n in names if n.strip()))
+
+
+def host_allowed(host: str | None, allowed: list[str]) -> bool:
+    """Whether a request's ``Host`` header names one of ``allowed`` (``*`` allows any;
+    ``*.example.org`` any subdomain of example.org). The port is not compared."""
+    if "*" in allowed:
+        return True
+    if not host:
+        return False
+    name = _host_port(host, "http")[0].strip("[]")
+    return any(name == a or (a.startswith("*.") and name.endswith(a[1:])) for a in allowed)
+
+
+class HostCheck:
+    """ASGI middleware: a request (HTTP or WebSocket) whose ``Host`` is not one of ``allowed``
+    gets 400 with one line naming the host and the setting, before anything else runs: a page
+    of another site that resolves its own name to this server (DNS rebinding) is answered
+    nothing."""
+
+    def __init__(self, app, allowed: list[str]) -> None:  # noqa: ANN001
+        self.app, self.allowed = app, allowed
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for n, v in scope.get("headers", ()) if n == b"host"), None)
+        if host_allowed(host, self.allowed):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
+            return
+        detail = (f"Host {host!r} is not served here; allowed: {', '.join(self.allowed)} "
+                  f"(service.allowed_hosts or HYBRIDSCHED_ALLOWED_HOSTS)")
+        await JSONResponse({"detail": detail}, status_code=400, headers={"Connection": "close"})(scope, receive, send)
 
 
 def origin_allowed(origin: str | None, host: str | None, allowed: list[str]) -> bool:

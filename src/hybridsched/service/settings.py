@@ -8,6 +8,8 @@ URLs (environment beats config):
 - ``HYBRIDSCHED_CORS_ORIGINS``: comma-separated origins allowed by CORS (closed when empty)
 - ``HYBRIDSCHED_TRUSTED_PROXIES``: comma-separated proxy addresses/networks whose forwarded
   headers are believed (none by default)
+- ``HYBRIDSCHED_ALLOWED_HOSTS``: comma-separated ``Host`` names answered (``*``: any; default:
+  localhost, 127.0.0.1, ::1 and the bound host)
 
 Any other field can be set as ``HYBRIDSCHED_<FIELD>`` too (e.g. ``HYBRIDSCHED_SPEED``).
 """
@@ -45,6 +47,9 @@ class ServiceSettings(BaseSettings):
     # addresses or networks of reverse proxies whose X-Forwarded-For/-Proto name the client;
     # empty: the socket's peer is the client, whatever the headers say
     trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Host header names answered (``*``: any; ``*.example.org``: its subdomains); empty:
+    # localhost, 127.0.0.1, ::1 and ``host``
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     policies: list[str] = Field(default_factory=lambda: ["round_robin", "greedy", "eft"])
     speed: float = Field(20.0, ge=0.0)
     workload: str | None = None
@@ -74,7 +79,7 @@ class ServiceSettings(BaseSettings):
     # configured policies left out of the race because their model is missing: name -> why
     left_out: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("cors_origins", "trusted_proxies", mode="before")
+    @field_validator("cors_origins", "trusted_proxies", "allowed_hosts", mode="before")
     @classmethod
     def _split_commas(cls, v: Any) -> Any:
         if isinstance(v, str):

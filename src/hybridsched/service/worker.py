@@ -256,8 +256,8 @@ class RaceClient:
     def start(self, **kw: Any) -> int:
         return int(self._command("start", **kw))
 
-    def stop(self) -> None:
-        self._control("stop")
+    def stop(self, wait: bool = True) -> None:
+        self._control("stop", wait=wait)
 
     def pause(self) -> None:
         self._control("pause")
@@ -265,12 +265,12 @@ class RaceClient:
     def resume(self) -> None:
         self._control("resume")
 
-    def _control(self, name: str) -> None:
+    def _control(self, name: str, **kw: Any) -> None:
         # without a worker no run is live: the idle race gives the refusal, no worker is started
         if self._proc is None:
-            getattr(self.local, name)()
+            getattr(self.local, name)(**kw)
         else:
-            self._command(name)
+            self._command(name, **kw)
 
     def set_speed(self, speed: float) -> None:
         if self._proc is None:

@@ -5,6 +5,12 @@ per second per client, however fast the race runs) and offers it to every client
 queue without waiting: a client whose queue is full misses that message (counted), and one
 whose queue stays full for ``stall_drop_s`` is disconnected.  The race never waits on a
 client, and a slow client never delays another.
+
+A client that stops reading fills the socket buffers before its queue: the server's keepalive
+pings (``app.server_options``: a ping every ``stall_drop_s / 2``, answered within as long) find it
+first, and the server ends the connection with :data:`STALLED` (close code 1011).  Either way the
+client counts as dropped (``hybridsched_websocket_dropped_total``, ``websocket.dropped`` in the
+status).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import time
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
+
+STALLED = "keepalive ping timeout"  # the reason of the disconnect a stalled reader gets
 
 
 def dumps(obj: Any) -> str:
@@ -51,6 +59,8 @@ class Hub:
         self.tick_s, self.queue_size, self.stall_drop_s = tick_s, queue_size, stall_drop_s
         self.clients: set[_Client] = set()
         self.sent = 0
+        self.skipped = 0  # messages a full queue made a client miss
+        self.dropped = 0  # clients disconnected for not reading
         self._heartbeat = 0.0
 
     async def run(self) -> None:
@@ -94,14 +104,26 @@ class Hub:
                 c.full_since = None
             except asyncio.QueueFull:
                 c.dropped += 1
+                self.skipped += 1
                 if self.metrics is not None:
-                    self.metrics.dropped.inc()
+                    self.metrics.skipped.inc()
                 if c.full_since is None:
                     c.full_since = now
                 elif now - c.full_since > self.stall_drop_s:
                     self._drop(c)
 
-    def _drop(self, c: _Client) -> None:
+    def counts(self) -> dict[str, int]:
+        """Connected clients, clients dropped for not reading, messages skipped (status ``websocket``)."""
+        return {"clients": len(self.clients), "dropped": self.dropped, "skipped": self.skipped}
+
+    def _stalled(self) -> None:
+        self.dropped += 1
+        if self.metrics is not None:
+            self.metrics.dropped.inc()
+
+    def _drop(self, c: _Client, stalled: bool = True) -> None:
+        if stalled and not c.closed:
+            self._stalled()
         c.closed = True
         self.clients.discard(c)
         if self.metrics is not None:
@@ -121,6 +143,8 @@ class Hub:
             while not c.closed:
                 msg = await ws.receive()
                 if msg["type"] == "websocket.disconnect":
+                    if msg.get("reason") == STALLED and not c.closed:
+                        self._stalled()
                     break
         except (WebSocketDisconnect, RuntimeError):
             pass
@@ -142,7 +166,7 @@ class Hub:
 
     async def close_all(self) -> None:
         for c in list(self.clients):
-            self._drop(c)
+            self._drop(c, stalled=False)
 
 
 async def _close(ws: WebSocket) -> None:
