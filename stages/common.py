@@ -77,10 +77,12 @@ def run_stage(stage: str | Callable[[Any], Any], cfg: DictConfig, outputs: tuple
         apply_tuned(cfg)
         run = Run(cfg=as_dict(cfg), in_memory=job is not None, policy=cfg.get("policy"))
         # every stage checks every setting first (milliseconds), so a stage run by hand, or a
-        # worker it starts, never meets a bad value the check stage would have refused
+        # worker it starts, never meets a bad value the check stage would have refused; the
+        # workload files' memory estimate opens them, so only the check stage (which declares
+        # them) makes it
         from hybridsched.settings_schema import check_settings
 
-        check_settings(run.cfg)
+        check_settings(run.cfg, read_files=False)
         if callable(stage):
             result = stage(run)
         else:

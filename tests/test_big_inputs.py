@@ -50,6 +50,16 @@ def test_a_workload_file_too_big_for_memory_is_refused_before_it_is_read(tmp_pat
     check_settings(compose_run("workload=file", f"workload.path={path}").cfg)  # fits
 
 
+def test_a_stages_own_preflight_opens_no_workload_file(tmp_path, monkeypatch):
+    """A stage may read only its declared deps: the file estimate is the check stage's (which
+    declares the traces), not every stage's preflight."""
+    cfg = compose_run("workload=file", f"workload.path={task_csv(tmp_path / 'big.csv', 6000)}").cfg
+    monkeypatch.setenv("HYBRIDSCHED_MEMORY_BYTES", str(70 * 2**20))  # room for all but the file
+    with pytest.raises(HybridschedError, match="^workload.path="):
+        check_settings(cfg)
+    check_settings(cfg, read_files=False)
+
+
 def test_an_estimate_just_under_the_available_memory_is_refused(monkeypatch):
     """serving.max_batch=100000000 needs about 17.9 GiB: refused with 20 GiB available."""
     monkeypatch.setenv("HYBRIDSCHED_MEMORY_BYTES", str(20 * 2**30))

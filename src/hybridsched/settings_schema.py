@@ -881,8 +881,10 @@ def kind_settings() -> dict[str, Rule]:
     return out
 
 
-def check_settings(cfg: Config) -> None:
-    """Refuse, with one line, the first setting that is unknown or out of its declared range."""
+def check_settings(cfg: Config, read_files: bool = True) -> None:
+    """Refuse, with one line, the first setting that is unknown or out of its declared range.
+    ``read_files=False`` leaves out the memory estimate of workload files (it opens them): a
+    stage's own preflight, which must read only its declared deps, passes it."""
     extra: dict[str, Rule] | None = None
     for key, value in leaves(cfg):
         if key == "workload.test" and value == {}:
@@ -894,7 +896,7 @@ def check_settings(cfg: Config) -> None:
         if rule is None:
             raise HybridschedError(f"{key}: unknown setting (no stage reads it); known here: {', '.join(known_here(key))}")
         rule(key, value, cfg)
-    check_memory(cfg)
+    check_memory(cfg, read_files)
 
 
 # ---- memory: estimate before allocating ------------------------------------------------------
@@ -968,8 +970,9 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def memory_estimate(cfg: Config) -> dict[str, float]:
-    """Setting -> estimated bytes it makes a stage hold, for the sizes that scale."""
+def memory_estimate(cfg: Config, read_files: bool = True) -> dict[str, float]:
+    """Setting -> estimated bytes it makes a stage hold, for the sizes that scale (workload
+    files' rows only with ``read_files``)."""
     w = cfg.get("workload") or {}
     kind = str(w.get("kind", "machine"))
     chosen = ((cfg.get("sim") or {}).get("policies") or {}).get(kind)
@@ -990,7 +993,7 @@ def memory_estimate(cfg: Config) -> dict[str, float]:
         size = _number(_get(cfg, f"{prefix}.buffer_size"))
         if size:
             est[f"{prefix}.buffer_size"] = size * DQN_BYTES_PER_TRANSITION
-    for key in ("path", "trace_path"):
+    for key in ("path", "trace_path") if read_files else ():
         rows = file_rows(w.get(key))
         if rows:
             est[f"workload.{key}"] = rows * max(VALIDATE_BYTES_PER_ROW, BYTES_PER_TASK + BYTES_PER_TASK_AND_POLICY * n_pol)
@@ -1041,12 +1044,12 @@ def _get(cfg: Config, key: str) -> Any:
     return node
 
 
-def check_memory(cfg: Config) -> None:
+def check_memory(cfg: Config, read_files: bool = True) -> None:
     """Refuse a size whose estimated memory exceeds :data:`MEMORY_MARGIN` of what is available,
     before allocating it; a workload file by its estimated rows, before reading it."""
     limit = available_memory()
     usable = MEMORY_MARGIN * limit
-    for key, need in memory_estimate(cfg).items():
+    for key, need in memory_estimate(cfg, read_files).items():
         if need > usable:
             what = (f"{show(_get(cfg, key))} (about {file_rows(_get(cfg, key))} rows)"
                     if key in ("workload.path", "workload.trace_path") else show(_get(cfg, key)))
