@@ -94,6 +94,13 @@ def _openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from hybridsched.compare import compare
+
+    print(compare(list(args.revs)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hybridsched`` console script."""
     if argv is None:  # the console script, not a caller in a running process
@@ -116,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     o = sub.add_parser("openapi", help="write the API reference (markdown) from the OpenAPI schema")
     o.add_argument("--out", required=True)
     o.set_defaults(fn=_openapi)
+    c = sub.add_parser("compare", help="the headline of revisions or experiments side by side")
+    c.add_argument("revs", nargs="*", help="workspace, commits, branches, tags or DVC experiment names "
+                                            "(default: workspace HEAD)")
+    c.set_defaults(fn=_compare)
     args = p.parse_args(argv)
     try:
         return int(args.fn(args))
