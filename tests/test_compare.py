@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_the_command_compares_the_workspace_with_a_commit_and_names_a_bad_revisi
     sh("git", "init", "-q")
     sh("git", "config", "user.email", "t@example.org")
     sh("git", "config", "user.name", "t")
-    sh("dvc", "init", "-q")
+    sh(sys.executable, "-m", "dvc", "init", "-q")  # the venv's DVC, whatever PATH holds
     (tmp_path / "metrics").mkdir()
     path = tmp_path / "metrics" / "headline.json"
     path.write_text(json.dumps({"headline": _head("eft_late", 0.71)}))
