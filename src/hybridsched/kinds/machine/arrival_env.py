@@ -24,10 +24,10 @@ from hybridsched.errors import HybridschedError
 from hybridsched.heap import heap_pop, heap_push
 from hybridsched.kinds.machine.dqn_state import DEFAULT_FRACTIONS, StateSpec, features_into
 from hybridsched.kinds.machine.engine import (CPU_S, GPU_S, MAX_F, MEMORY, Trace, _decider, dependency_arrays,
-                                              output_arrays, task_matrix)
-from hybridsched.kinds.machine.env import DEFAULT_TASKS, DEFAULT_WORKLOAD
+                                              output_arrays)
+from hybridsched.kinds.machine.env import DEFAULT_TASKS, DEFAULT_WORKLOAD, draw_episode
 from hybridsched.kinds.machine.env import env_kwargs_from_config as _late_kwargs
-from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate, read_tasks, spec_from_config
+from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, read_tasks, spec_from_config
 
 ENV_ID = "hybridsched/machine-arrival-v0"
 
@@ -185,13 +185,9 @@ class MachineArrivalEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode (class docstring); ``seed`` seeds the env's RNG."""
         super().reset(seed=seed)
-        rng = self.np_random
-        tasks = self._tasks if self._tasks is not None else generate(self._spec, self.n_tasks, rng, 0,
-                                                                     self.cluster.cpu_gflops)
-        noise_rng = np.random.default_rng(self.noise_seed) if self.noise_seed is not None else rng
+        tasks, self.realization, self.X = draw_episode(self._tasks, self._spec, self.n_tasks, self.cluster,
+                                                       self.np_random, self.noise_seed)
         self.tasks = tasks
-        self.realization: Realization = self.cluster.sample_noise(len(tasks), noise_rng)
-        self.X = task_matrix(tasks, self.cluster)
         self.state_spec = self._given_spec or StateSpec.fit(self.X, self.cluster, self.fractions)
         self._hdr = self.state_spec.header(hidden=0)
         self._gpu, self._frac = self.state_spec.action_table()

@@ -30,6 +30,17 @@ DEFAULT_WORKLOAD: dict[str, Any] = {"rate": 6.0}
 DEFAULT_TASKS = 200  # tasks per generated episode: small, so that an episode is quick
 
 
+def draw_episode(tasks: TaskTable | None, spec: WorkloadSpec, n_tasks: int, cluster: Cluster,
+                 rng: np.random.Generator, noise_seed: int | None) -> tuple[TaskTable, Realization, np.ndarray]:
+    """An episode of the machine kind's envs: ``tasks`` (or ``n_tasks`` drawn from ``spec`` with
+    ``rng``), their run-time noise (from ``rng``, or the same every episode with ``noise_seed``)
+    and their task matrix."""
+    if tasks is None:
+        tasks = generate(spec, n_tasks, rng, 0, cluster.cpu_gflops)
+    noise_rng = np.random.default_rng(noise_seed) if noise_seed is not None else rng
+    return tasks, cluster.sample_noise(len(tasks), noise_rng), task_matrix(tasks, cluster)
+
+
 class MachineLateEnv(gym.Env):
     """Late dispatch on one CPU and ``n_gpus`` GPUs: whenever a device is idle and tasks wait in
     the central pool, the agent picks which (task, split) starts (``late_engine.py``).
@@ -113,13 +124,9 @@ class MachineLateEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode (class docstring); ``seed`` seeds the env's RNG."""
         super().reset(seed=seed)
-        rng = self.np_random
-        tasks = self._tasks if self._tasks is not None else generate(self._spec, self.n_tasks, rng, 0,
-                                                                     self.cluster.cpu_gflops)
-        noise_rng = np.random.default_rng(self.noise_seed) if self.noise_seed is not None else rng
+        tasks, self.realization, self.X = draw_episode(self._tasks, self._spec, self.n_tasks, self.cluster,
+                                                       self.np_random, self.noise_seed)
         self.tasks = tasks
-        self.realization: Realization = self.cluster.sample_noise(len(tasks), noise_rng)
-        self.X = task_matrix(tasks, self.cluster)
         self._pdata = pdata_of(tasks, self.cluster, self.X)
         self._m = float(np.mean(self._pdata[:, 0]))  # the reward's scale, as the late trainers'
         self._stepper = LateStepper(tasks, self.cluster, self.realization, self.X, self.reserved_order)
