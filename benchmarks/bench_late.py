@@ -1,9 +1,9 @@
 """Late dispatch speed: tasks/s of every late-mode policy at 10^4, 10^5, 10^6 tasks.
 
 Run: `make bench` (or `python -m benchmarks.bench_late [--sizes 10000 100000 1000000]
-[--workloads default bursty] [--smoke]`).  Every policy of ``scenarios_late.LATE`` and the
-learned late ones (``cem_late``, ``dqn_late``, ``pg_late``: their conf entries and the
-``train_late`` stage's models) runs through ``sim.simulate`` on the test split's task mix of each workload, drawn at
+[--workloads default bursty] [--smoke]`).  Every late heuristic of the scenarios stage
+(``scenarios_late.roster``) and its learned late policies (their conf entries and the models
+their stages write) runs through ``sim.simulate`` on the test split's task mix of each workload, drawn at
 each size (seed 0, noise seed 1).  Targets (2 cores), the simulator's (``bench_sim``) for late
 mode: >= 200,000 tasks/s for every one at 10^6 tasks on the default workload, time per task
 near-flat in the task count (10^6 ÷ 10^4 <= 1.5 on every workload), < 1.5 GB peak.  A pick
@@ -21,11 +21,10 @@ import numpy as np
 
 from benchmarks.common import ROOT, measure, parse, project_path, report, settings
 from hybridsched.devices import cluster_from_config
-from hybridsched.kinds.machine.scenarios_late import LATE, factories
+from hybridsched.kinds.machine.scenarios_late import config_roster, factories
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, spec_from_config
 
-LEARNED_LATE = ("cem_late", "dqn_late", "pg_late")
 TARGET_TASKS_PER_S = 200_000
 TARGET_LINEAR = 1.5  # us/task at the largest size / at the smallest
 TARGET_PEAK_MB = 1536
@@ -46,8 +45,9 @@ def late_policies(cfg: dict) -> dict:
         return out
 
     specs = {n: anchored(s) for n, s in cfg["policies"]["machine"].items()}
-    names = [*LATE]
-    for n in LEARNED_LATE:
+    roster = config_roster(cfg)
+    names = [*roster.late]
+    for n in roster.learned_late:
         if (Path(specs[n]["model_dir"]) / "model.json").is_file():
             names.append(n)
         else:

@@ -46,7 +46,7 @@ from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.devices import cluster_from_config
 from hybridsched.kinds.machine.scenarios import heldout_workloads
 # the table's code is the scenarios stage's (the pipeline measures the same numbers)
-from hybridsched.kinds.machine.scenarios_late import ARRIVAL, LATE, LEARNED, evaluate, markdown, ratios, summary, wide
+from hybridsched.kinds.machine.scenarios_late import config_roster, evaluate, markdown, ratios, summary, wide
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate, generate_splits
 
@@ -59,7 +59,7 @@ def policies(cfg: dict[str, Any], cem_model: str, cem_late_model: str, dqn_late_
              pg_late_model: str = MODELS + "/pg_late") -> dict[str, Any]:
     """Name -> factory; the learned ones only where their model file exists."""
     specs = cfg["policies"]["machine"]
-    out = {n: (lambda n=n: instantiate(specs[n])) for n in (*ARRIVAL, *LATE) if n in specs}
+    out = {n: (lambda n=n: instantiate(specs[n])) for n in config_roster(cfg).heuristics}
     # the untuned late list scheduler by earliest finish: late mode's counterpart of plain eft
     out["eft_late_plain"] = lambda: instantiate({"_target_": specs["eft_late"]["_target_"]})
     if (Path(cem_model) / "model.json").is_file():
@@ -182,7 +182,7 @@ def tune_late(trials: int, out: Path, overrides: list[str] | None = None, names:
     train, _ = generate_splits(cfg["workload"], cpu_gflops=cluster.cpu_gflops)
     # the late heuristics with a search space; the others are variants without weights to tune
     # (eft_late_plain, eft_late_spt, eft_late_rank: eft_late's untuned rule)
-    names = names or [n for n in LATE if n in cfg["tune"]["spaces"]]
+    names = names or [n for n in config_roster(cfg).late if n in cfg["tune"]["spaces"]]
     with tempfile.TemporaryDirectory(prefix="late-tune-") as studies:  # the Optuna journals are not kept
         tuned = tune_each(cfg, train, cluster, names, trials, Path(studies), log=print)
     write_json(out / "tuned.json", tuned)
@@ -204,7 +204,8 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
     if not isinstance(spec, dict) or "model_dir" not in spec:
         raise HybridschedError(f"--validate-policy: {policy!r} is not a policy with a model_dir in policies.machine")
     pols = policies(cfg, "", "", "", "")
-    runs = {n: pols[n] for n in LATE}
+    late = config_roster(cfg).late
+    runs = {n: pols[n] for n in late}
     runs.update({d: (lambda d=d: instantiate({**spec, "model_dir": d})) for d in dirs})
     draws = draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster, s.validation_scenarios)
     ratios: dict[str, list[float]] = {n: [] for n in runs}
@@ -214,7 +215,7 @@ def validate_models(dirs: list[str], policy: str = "cem_late", overrides: list[s
             ratios[n].append(lat[n] / lat["eft_late_plain"])
     out = {n: {"mean": float(np.mean(r)), "per_draw": np.round(r, 3).tolist()} for n, r in ratios.items()}
     # the learned policies' target on these draws: each model / the best late heuristic of the draw
-    best = np.min([ratios[n] for n in LATE], axis=0)
+    best = np.min([ratios[n] for n in late], axis=0)
     for d in dirs:
         vs = np.asarray(ratios[d]) / best
         out[d].update(vs_best_late=np.round(vs, 3).tolist(), draws_at_most_0_9=int(np.sum(vs <= 0.9)))
@@ -266,17 +267,19 @@ def noise_seeds(n_seeds: int, scen: list[tuple[str, Any, Any, int, dict[str, Any
     own mode, and per scenario the range of each ratio over the seeds.  ``pols_of(cfg)``: the
     policies of a scenario's config."""
     per_seed, rows = [], []
+    # the policies do not change with a scenario's workload
+    roster = config_roster(scen[0][4] if scen else compose([]))
     for s in range(n_seeds):
         frames = [evaluate(name, tasks, cl, seed + 1000 * s, pols_of(cfg), None, None, quiet=True)
                   for name, tasks, cl, seed, cfg in scen]
-        r = ratios(frames)
+        r = ratios(frames, roster.learned, roster.heuristics)
         r.insert(0, "noise", s)
         per_seed.append(r)
         rows.append({"noise": s, **{n: int((r[f"{n}_vs_heuristic"] <= 0.9).sum())
-                                    for n in LEARNED if f"{n}_vs_heuristic" in r}})
+                                    for n in roster.learned if f"{n}_vs_heuristic" in r}})
         print(f"noise {s}: scenarios at most 0.9x the best heuristic of the same mode: {rows[-1]}", flush=True)
     allr = pd.concat(per_seed, ignore_index=True)
-    learned = [n for n in LEARNED if f"{n}_vs_heuristic" in allr]
+    learned = [n for n in roster.learned if f"{n}_vs_heuristic" in allr]
     counts = pd.DataFrame(rows)
     spread = allr.groupby("scenario", sort=False)[[f"{n}_vs_heuristic" for n in learned]].agg(["min", "median", "max"])
     spread.columns = [f"{a.removesuffix('_vs_heuristic')} {b}" for a, b in spread.columns]
@@ -330,7 +333,7 @@ def hold_scan(slacks: list[float], overrides: list[str] | None = None) -> dict[s
     # the bar of the documented scan: the five late heuristics that existed before the hold
     # (eft_late_hold is what the scan tried; eft_late_spt and eft_late_rank, reserved parts
     # shortest first, and rollout_late came after)
-    heur = [n for n in LATE if n not in ("eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late")]
+    heur = ["spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain"]
     rows = []
     for j, (_, tasks, real) in enumerate(draw_set(int(cfg["cem"]["seed"]), _VALID_STREAM, 0, s, cluster,
                                                   s.validation_scenarios)):
@@ -484,14 +487,17 @@ def main() -> None:
         cfg = compose(args.overrides)
         frames = sweep(cfg, pols_of(cfg),
                        [float(x) for x in args.loads.split(",")], args.sweep_tasks, lp, out)
-        write_text(out / "late_sweep.md", wide(frames) + "\n" + summary(frames))
-        print(wide(frames) + "\n" + summary(frames))
+        r = config_roster(cfg)
+        text = wide(frames) + "\n" + summary(frames, r.learned, r.heuristics)
+        write_text(out / "late_sweep.md", text)
+        print(text)
         return
-    frames = [evaluate(name, tasks, cluster, seed, pols_of(cfg), lp, out)
-              for name, tasks, cluster, seed, cfg in scenarios([w for w in args.workloads.split(",") if w],
-                                                               args.heldout, args.heldout_tasks, args.overrides)]
-    write_text(out / "late.md", wide(frames) + "\n" + summary(frames))
-    print(wide(frames) + "\n" + summary(frames))
+    scen = scenarios([w for w in args.workloads.split(",") if w], args.heldout, args.heldout_tasks, args.overrides)
+    frames = [evaluate(name, tasks, cluster, seed, pols_of(cfg), lp, out) for name, tasks, cluster, seed, cfg in scen]
+    r = config_roster(scen[0][4] if scen else compose(args.overrides))
+    text = wide(frames) + "\n" + summary(frames, r.learned, r.heuristics)
+    write_text(out / "late.md", text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -62,11 +62,10 @@ from hybridsched.kinds.machine.policies.late import (
     split_of,
     start_device,
 )
-from hybridsched.kinds.machine.scenarios_late import LATE, bound_of
+from hybridsched.kinds.machine.scenarios_late import bound_of, config_roster
 from hybridsched.kinds.machine.sim import simulate
 
 _KEY, _SHARE = N_PDATA, N_PDATA + 1  # pdata columns after the late heuristics' own
-LEARNED_LATE = ("cem_late", "dqn_late", "pg_late")  # --start from a learned policy's run: its shares, fixed
 
 
 @njit
@@ -168,11 +167,14 @@ def search(tasks, cluster, reals: list, policy: OfflineSchedule, iters: int, win
 
 
 def main() -> None:
+    from studies.quality_eval import compose
+
+    roster = config_roster(compose([]))  # --start: a late heuristic, or a learned late policy (its shares, fixed)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="default", choices=[*WORKLOADS, *HELDOUT],
                     help="a workload's test split, or held-out draw k of the scenario table")
     ap.add_argument("--heldout-tasks", type=int, default=HELDOUT_TASKS, help="tasks of a held-out draw (the table's size)")
-    ap.add_argument("--start", default="heft_late", choices=[*LATE, *LEARNED_LATE],
+    ap.add_argument("--start", default="heft_late", choices=[*roster.late, *roster.learned_late],
                     help="the late policy whose run starts the search: a heuristic's split rule, queue slack and reserved "
                          "order are kept; from a learned one, each task's share in its run and its reserved order")
     ap.add_argument("--iters", type=int, default=200_000)
@@ -199,7 +201,7 @@ def main() -> None:
     own = simulate(tasks, cluster, start, real)
     own_mean = float(np.mean(own.end - own.arrival))
     step = spec.get("fraction_step", 0.05)
-    if args.start in LATE:  # every task follows the heuristic's split rule until a move fixes its share
+    if args.start in roster.late:  # every task follows the heuristic's split rule until a move fixes its share
         kept, shares0 = {**start.w, "fraction_step": step, "reserved_order": start.reserved_order}, np.full(len(tasks), -1.0)
     else:  # a learned policy has no rule to keep: every task starts with the share it had in the policy's run
         kept, shares0 = {"fraction_step": step, "reserved_order": start.reserved_order}, own.fraction.astype(np.float64)

@@ -28,12 +28,10 @@ from hybridsched.devices import cluster_from_config
 from hybridsched.io import write_frame, write_text
 from hybridsched.kinds.base import instantiate
 from hybridsched.kinds.machine.policies.late_rollout import RolloutLate
-from hybridsched.kinds.machine.scenarios_late import LATE, LEARNED
+from hybridsched.kinds.machine.scenarios_late import config_roster
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import generate_splits
 
-LEARNED_LATE = tuple(p for p in LEARNED if p.endswith("_late"))
-LIST_LATE = tuple(p for p in LATE if p != RolloutLate.name)  # the bases: the late list heuristics
 
 def training_splits(names: list[str], overrides: list[str]) -> list[tuple[str, Any, Any, int, dict[str, Any]]]:
     """The named workloads' training splits, as ``late_eval.scenarios`` gives their test splits."""
@@ -46,10 +44,16 @@ def training_splits(names: list[str], overrides: list[str]) -> list[tuple[str, A
     return out
 
 
-def against_table(df: pd.DataFrame, table: pd.DataFrame, path: Path) -> pd.DataFrame:
+def list_late(cfg: dict[str, Any]) -> tuple[str, ...]:
+    """The bases: the late list heuristics (every late heuristic but the rollout)."""
+    return tuple(p for p in config_roster(cfg).late if p != RolloutLate.name)
+
+
+def against_table(df: pd.DataFrame, table: pd.DataFrame, path: Path, cfg: dict[str, Any]) -> pd.DataFrame:
     """Per row, the scenario's LP bound, its best late list heuristic, best learned late policy
     and best other policy in the scenarios stage's ``table``, and the rollout against them.  The base's figure must be the
     table's (the same tasks, noise and weights), or the table is from another commit."""
+    list_heuristics, learned_late = list_late(cfg), config_roster(cfg).learned_late
     rows = []
     for r in df.to_dict("records"):
         t = table[table["scenario"] == r["scenario"]]
@@ -60,8 +64,8 @@ def against_table(df: pd.DataFrame, table: pd.DataFrame, path: Path) -> pd.DataF
         if own.empty or not np.isclose(float(own.iloc[0]), r["base_mean_latency"], rtol=1e-4, atol=0):
             raise SystemExit(f"{path}: {r['base']} on {r['scenario']} has {own.tolist()}, this run "
                              f"{r['base_mean_latency']}; rerun the scenarios stage on this commit")
-        late = t[(t["dispatch"] == "late") & t["policy"].isin(LIST_LATE)].sort_values("mean_latency", kind="stable").iloc[0]
-        learned = t[(t["dispatch"] == "late") & t["policy"].isin(LEARNED_LATE)].sort_values("mean_latency", kind="stable").iloc[0]
+        late = t[(t["dispatch"] == "late") & t["policy"].isin(list_heuristics)].sort_values("mean_latency", kind="stable").iloc[0]
+        learned = t[(t["dispatch"] == "late") & t["policy"].isin(learned_late)].sort_values("mean_latency", kind="stable").iloc[0]
         best = t[t["policy"] != RolloutLate.name].sort_values("mean_latency", kind="stable").iloc[0]  # every other policy
         bound = float(t["bound"].iloc[0])
         rows.append({**r, "bound": round(bound, 5), "rollout_x_bound": round(r["rollout_mean_latency"] / bound, 3),
@@ -77,13 +81,14 @@ def against_table(df: pd.DataFrame, table: pd.DataFrame, path: Path) -> pd.DataF
 
 
 def main() -> None:
+    base_cfg = compose([])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="default", help="comma-separated workload names (their test splits)")
     ap.add_argument("--split", default="test", choices=("test", "train"),
                     help="the workloads' test splits (the report's scenarios) or their training splits (to choose M, S)")
     ap.add_argument("--heldout", type=int, default=0, help="also the first K held-out draws (with --split test)")
     ap.add_argument("--heldout-tasks", type=int, default=HELDOUT_TASKS)
-    ap.add_argument("--base", default="heft_late", choices=LIST_LATE)
+    ap.add_argument("--base", default="heft_late", choices=list_late(base_cfg))
     ap.add_argument("--candidates", default="4", help="comma-separated values of M to run")
     ap.add_argument("--shares", default="2", help="comma-separated values of S to run")
     ap.add_argument("--table", default="metrics/scenarios/table.csv",
@@ -119,7 +124,7 @@ def main() -> None:
     df = pd.DataFrame(rows)
     table = Path(args.table)
     if args.split == "test" and table.is_file():
-        df = against_table(df, pd.read_csv(table), table)
+        df = against_table(df, pd.read_csv(table), table, base_cfg)
     write_frame(out / "rollout.csv", df)
     write_text(out / "rollout.md", df.to_markdown(index=False) + "\n")
 

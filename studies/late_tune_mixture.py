@@ -41,19 +41,19 @@ def tune_mixture(trials: int, n_draws: int, overrides: list[str] | None = None, 
     from hybridsched.devices import cluster_from_config
     from hybridsched.kinds.base import instantiate, without_tuned
     from hybridsched.kinds.machine.cem_train import _TRAIN_STREAM, MachineCEMSettings, draw_set
-    from hybridsched.kinds.machine.scenarios_late import LATE
+    from hybridsched.kinds.machine.scenarios_late import config_roster
     from hybridsched.kinds.machine.sim import simulate
     from hybridsched.kinds.machine.tuning import _policy_node, defaults_of, merge, suggest
 
     if trials < 1 or n_draws < 1:
         raise HybridschedError(f"--trials {trials} / --draws {n_draws}: both must be at least 1")
     cfg = compose(overrides or [])
-    spaces = cfg["tune"]["spaces"]
-    names = names or [n for n in LATE if n in spaces]
-    bad = [n for n in names if n not in LATE or n not in spaces]
+    spaces, late = cfg["tune"]["spaces"], config_roster(cfg).late
+    names = names or [n for n in late if n in spaces]
+    bad = [n for n in names if n not in late or n not in spaces]
     if bad:
         raise HybridschedError(f"--policies: {bad} are not late heuristics with a tune.spaces entry "
-                               f"(those are {[n for n in LATE if n in spaces]})")
+                               f"(those are {[n for n in late if n in spaces]})")
     cluster = cluster_from_config(cfg["cluster"])
     s = MachineCEMSettings.from_dict(cfg["cem"]["machine"])
     draws = draw_set(int(cfg["cem"]["seed"]), _TRAIN_STREAM, 0, s, cluster, n_draws)

@@ -51,8 +51,8 @@ def test_a_toy_kind_added_by_the_documented_steps_runs_generate_simulate_evaluat
     (conf / "policies" / "toy" / "fifo.yaml").write_text("_target_: tests.toy_kind.Fifo\n")
     (conf / "policies" / "toy" / "sjf.yaml").write_text("_target_: tests.toy_kind.ShortestFirst\n")
     (conf / "kinds" / "toy.yaml").write_text(
-        "# @package _global_\ndefaults:\n  - /policies/toy@policies.toy.fifo: fifo\n"
-        "  - /policies/toy@policies.toy.sjf: sjf\n  - _self_\nsim:\n  policies:\n    toy: [fifo, sjf]\ntoy:\n  servers: 2\n")
+        "# @package _global_\ndefaults:\n  - /policy_catalogue/toy\n"
+        "  - _self_\nsim:\n  policies:\n    toy: [fifo, sjf]\ntoy:\n  servers: 2\n")
     cfg_text = (conf / "config.yaml").read_text().replace("  - kinds/cluster\n", "  - kinds/cluster\n  - kinds/toy\n")
     (conf / "config.yaml").write_text(cfg_text)
     register("toy", "tests.toy_kind")

@@ -109,12 +109,13 @@ def test_validate_scores_models_of_a_conf_policy_and_the_late_heuristics(tmp_pat
     _main(monkeypatch, "--validate", f"{model},{ranked}", "--validate-policy", "pg_late", "--out", str(tmp_path / "v"),
           *_small_mixture())
     r = json.loads((tmp_path / "v" / "validate_late.json").read_text())
-    assert set(r) == {*late_eval.LATE, str(model), str(ranked)}
+    late = late_eval.config_roster(late_eval.compose([])).late
+    assert set(r) == {*late, str(model), str(ranked)}
     assert r["eft_late_plain"]["per_draw"] == [1.0, 1.0]
     assert all(len(v["per_draw"]) == 2 and v["mean"] > 0 for v in r.values())
     # each model against the draw's best late heuristic, as the learned target counts it
     for m in (str(model), str(ranked)):
-        best = np.min([r[n]["per_draw"] for n in late_eval.LATE], axis=0)
+        best = np.min([r[n]["per_draw"] for n in late], axis=0)
         assert r[m]["vs_best_late"] == pytest.approx(np.asarray(r[m]["per_draw"]) / best, rel=1e-2)
         assert r[m]["draws_at_most_0_9"] == sum(v <= 0.9 for v in r[m]["vs_best_late"])
     assert "vs_best_late" not in r["eft_late_plain"]
@@ -148,7 +149,9 @@ def test_tune_entry_point_tunes_the_late_heuristics_with_a_space(tmp_path, monke
     # eft_late_plain & co. have no weights), its reserved order among the searched settings
     _main(monkeypatch, "--tune", "2", "--out", str(tmp_path / "t"), "--", "workload.n_train=300", "workload.n_test=50")
     tuned = json.loads((tmp_path / "t" / "tuned.json").read_text())
-    assert set(tuned) == {"spt_late", "wspt_late", "eft_late", "eft_late_hold", "heft_late", "rollout_late"}
+    cfg = late_eval.compose([])
+    assert set(tuned) == {n for n in late_eval.config_roster(cfg).late if n in cfg["tune"]["spaces"]}
+    assert {"spt_late", "eft_late", "rollout_late"} <= set(tuned) and "eft_late_plain" not in tuned
     for r in tuned.values():
         assert r["best"]["mean_latency"] <= r["default"]["mean_latency"]
     for name in ("spt_late", "wspt_late", "eft_late", "heft_late"):
@@ -181,7 +184,9 @@ def test_noise_seeds_shrunk_reproduce_the_table_at_seed_0(tmp_path, monkeypatch)
     _main(monkeypatch, "--no-lp", *common, "--out", str(tmp_path / "t"))
     allr = pd.read_csv(tmp_path / "n" / "noise_seeds.csv")
     assert sorted(set(allr["noise"])) == [0, 1] and len(allr) == 4
-    table = late_eval.ratios([pd.read_csv(tmp_path / "t" / f"{s}.csv") for s in ("default", "heldout0")])
+    roster = late_eval.config_roster(late_eval.compose([]))
+    table = late_eval.ratios([pd.read_csv(tmp_path / "t" / f"{s}.csv") for s in ("default", "heldout0")],
+                             roster.learned, roster.heuristics)
     seed0 = allr[allr["noise"] == 0].reset_index(drop=True)
     assert seed0["pg_late_vs_heuristic"].tolist() == pytest.approx(table["pg_late_vs_heuristic"].tolist(), rel=1e-12)
     assert seed0["best_late"].tolist() != allr[allr["noise"] == 1]["best_late"].tolist()

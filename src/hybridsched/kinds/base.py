@@ -185,6 +185,28 @@ def target_class(spec: dict[str, Any]) -> type:
         raise HybridschedError(f"_target_ {target!r} cannot be imported ({e})") from None
 
 
+ROLES = ("baseline", "heuristic", "learned", "clairvoyant")
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a policy's class declares about it (class attributes, read without building it):
+    ``role`` (one of :data:`ROLES`; ``heuristic`` unless declared), ``trained_by`` (the stage
+    that writes a learned policy's model, else None) and ``dispatch`` (its dispatch mode:
+    ``arrival`` unless declared)."""
+
+    role: str
+    trained_by: str | None
+    dispatch: str
+
+
+def declaration(spec: dict[str, Any]) -> Declaration:
+    """The :class:`Declaration` of the class a policy config's ``_target_`` names."""
+    cls = target_class(spec)
+    return Declaration(role=str(getattr(cls, "role", "heuristic")), trained_by=getattr(cls, "trained_by", None),
+                       dispatch=str(getattr(cls, "dispatch", "arrival")))
+
+
 def instantiate(spec: dict[str, Any], **extra: Any) -> Any:
     """Build the object a config node describes (``_target_`` plus keyword arguments), without
     Hydra: the library must stay importable and testable on its own.  A node with ``tuned``

@@ -33,6 +33,11 @@ class Policy:
     """Base class with no-op defaults; subclasses set ``name`` and one way to decide."""
 
     name: str = "policy"
+    # what the policy is, for the lists read from the config (kinds.base.declaration): baseline (a
+    # reference point), heuristic, learned (its YAML's ``model_dir`` is a model that the stage
+    # ``trained_by`` writes) or clairvoyant (sees the run's true durations)
+    role: ClassVar[str] = "heuristic"
+    trained_by: ClassVar[str | None] = None
     kernel: ClassVar[object | None] = None
     clairvoyant: ClassVar[bool] = False  # True: receives the run's Realization via reveal()
     observe_every: int = 0  # >0: observe() is called with batches of this many completions

@@ -44,6 +44,7 @@ class RoundRobin(Policy):
     """Task k goes to device k mod (n_gpus + 1), whole (CPU, GPU 0, GPU 1, ...)."""
 
     name = "round_robin"
+    role = "baseline"
     kernel = _round_robin
 
 
@@ -51,6 +52,7 @@ class Random(Policy):
     """A uniformly random device; on a GPU, a fraction drawn from ``gpu_fractions``."""
 
     name = "random"
+    role = "baseline"
     kernel = _from_table
 
     def __init__(self, seed: int = 0, gpu_fractions: tuple[float, ...] = (1.0,)) -> None:
@@ -72,5 +74,6 @@ class Greedy(Policy):
     """The least-loaded GPU (by believed free time) with fraction = compute intensity."""
 
     name = "greedy"
+    role = "baseline"
     kernel = _greedy
     streamable = True

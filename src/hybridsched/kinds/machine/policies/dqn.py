@@ -43,6 +43,8 @@ class DQNPolicy(Policy):
     from the outcomes it observes during the run (each run starts again from the saved model)."""
 
     name = "dqn"
+    role = "learned"
+    trained_by = "train_dqn"
     kernel = dqn_decide
 
     def __init__(self, model_dir: str = "models/dqn", epsilon: float = 0.0, online: bool = False,

@@ -74,6 +74,7 @@ class Oracle(EarliestFinishTime):
     name = "oracle"
     kernel = _oracle
     clairvoyant = True
+    role = "clairvoyant"
 
     def prepare(self, tasks, cluster, X) -> None:
         super().prepare(tasks, cluster, X)

@@ -155,6 +155,8 @@ class HybridML(Policy):
     """EFT on run times predicted by a RandomForest / XGBoost model (see module docstring)."""
 
     name = "hybrid_ml"
+    role = "learned"
+    trained_by = "train_rf"
     kernel = _hybrid_ml
 
     def __init__(self, model_dir: str = "models/rf", fraction_step: float = 0.05, online: bool = True,

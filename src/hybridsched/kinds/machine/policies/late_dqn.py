@@ -344,6 +344,8 @@ class DQNLate(LateList):
     ``weights``), or given as ``model``."""
 
     name = "dqn_late"
+    role = "learned"
+    trained_by = "train_late"
     pick_kernel: ClassVar[object] = _dqn_late
 
     def __init__(self, model_dir: str = "models/dqn_late", fraction_step: float = 0.05,

@@ -140,6 +140,8 @@ class CEMLate(LateList):
     by ``train_cem`` with ``cem.machine.dispatch=late``, or given as ``model``."""
 
     name = "cem_late"
+    role = "learned"
+    trained_by = "train_late"
     pick_kernel: ClassVar[object] = _cem_late
 
     def __init__(self, model_dir: str = "models/cem_late", fraction_step: float = 0.05,

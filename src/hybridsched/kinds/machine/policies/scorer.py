@@ -130,6 +130,8 @@ class CEMScorer(WeightedEFT):
     written by the ``train_cem`` stage, or given directly as ``model`` (training, tests)."""
 
     name = "cem"
+    role = "learned"
+    trained_by = "train_cem"
     kernel = _cem_scorer
 
     def __init__(self, model_dir: str = "models/cem", fraction_step: float = 0.05,

@@ -179,6 +179,7 @@ class OracleRankEFT(RankEFT):
     name = "oracle_rank"
     kernel = _weighted_oracle
     clairvoyant = True
+    role = "clairvoyant"
 
     def prepare(self, tasks, cluster, X) -> None:
         super().prepare(tasks, cluster, X)

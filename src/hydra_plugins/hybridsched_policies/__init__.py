@@ -1,0 +1,1 @@
+"""Hydra plugin of the hybridsched package: the policy catalogue (:mod:`.catalogue`)."""
