@@ -24,7 +24,8 @@ def sweep(run: Run):  # -> pandas.DataFrame
 
     c, s = run.cfg, run.cfg["load_sweep"]
     settings = SweepSettings(loads=tuple(s["loads"]), n_tasks=int(s["n_tasks"]), seed=int(s["seed"]), lp=bool(s["lp"]))
-    table = load_sweep(c["workload"], cluster_from_config(c["cluster"]), policy_factories(c, s.get("policies")), settings)
+    table = load_sweep(c["workload"], cluster_from_config(c["cluster"]), policy_factories(c, s.get("policies")), settings,
+                       bound_cache=c["paths"].get("bound_cache"))
     write_sweep(table, Path(s["out"]), title=f"workload {c['workload']['name']}, {settings.n_tasks} tasks per point")
     return table
 

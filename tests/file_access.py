@@ -21,6 +21,12 @@ TRACES = Path(os.environ.get("HYBRIDSCHED_TRACES", ROOT.parent / "shared" / "tra
 WATCHED = ("data", "models", "metrics")  # the workspace folders DVC owns (plus the traces)
 # never read by a stage, declared or not: every artifact a stage reads comes from a stage
 FORBIDDEN = ("benchmarks", "studies")
+# Read and written by stages, yet no dependency nor output: the machine kind's LP bound memo
+# (paths.bound_cache, default .cache/bounds; kinds/machine/bound_memo.py).  An entry is named by
+# a hash of everything the bound is computed from, all of it read from declared deps, so a
+# stage writes the same bytes whether the memo is cold or warm; declaring it would make DVC
+# rerun a stage whenever another run added an entry.
+MEMOS = (".cache",)
 
 # Read or written on purpose without being declared, with the reason.
 UNDECLARED_OK: dict[str, dict[str, str]] = {
@@ -158,6 +164,8 @@ def watched(path: str, root: Path) -> str | None:
         return str(p)
     if p.is_relative_to(root):
         rel = p.relative_to(root)
+        if rel.parts and rel.parts[0] in MEMOS:
+            return None
         if rel.parts and rel.parts[0] in (*WATCHED, *FORBIDDEN) and len(rel.parts) > 1:
             return str(rel)
     return None

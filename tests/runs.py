@@ -29,14 +29,16 @@ def untuned(tmp: Path) -> Path:
 
 
 def outputs_in(tmp: Path) -> list[str]:
-    """Overrides that move every output a stage writes (data, models, metrics) under ``tmp``,
-    so a test that runs stages never writes into the workspace; the heuristics there are
-    untuned (:func:`untuned`)."""
+    """Overrides that move every output a stage writes (data, models, metrics, the LP bound
+    memo) under ``tmp``, so a test that runs stages never writes into the workspace; the
+    heuristics there are untuned (:func:`untuned`)."""
     untuned(tmp)
     return [f"paths.workload_dir={tmp / 'data' / 'workload'}", f"paths.traces_dir={tmp / 'data' / 'traces'}",
+            f"paths.bound_cache={tmp / 'cache' / 'bounds'}",
             f"paths.metrics_dir={tmp / 'metrics'}", f"paths.best_params={tmp / 'models' / 'best_params.yaml'}",
             f"cluster.profile_path={tmp / 'data' / 'cluster_profile.json'}", f"paths.tuned={tmp / 'models' / 'tuned'}",
             f"train_late.model_dir={tmp / 'models' / 'late'}",
+            f"train_ppo.model_dir={tmp / 'models' / 'ppo_late'}",
             *(f"{m}.model_dir={tmp / 'models' / m}" for m in ("rf", "dqn", "cem"))]
 
 

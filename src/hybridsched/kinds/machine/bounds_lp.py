@@ -29,6 +29,7 @@ by HiGHS through ``scipy.optimize.linprog`` on sparse matrices.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +91,7 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
     ``ready`` is a lower bound on each task's ready time (arrival, or its parents' earliest
     finish), ``best_alone`` each task's shortest time alone (``bounds.best_alone_seconds``).
     """
-    from scipy.optimize import linprog
+    from scipy.optimize import OptimizeWarning, linprog
     from scipy.sparse import coo_matrix
 
     t_start = time.perf_counter()
@@ -226,8 +227,13 @@ def lp_lower_bound(tasks: TaskTable, cluster: Cluster, realization: Realization,
 
     A = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                    shape=(n_eq + n_ub, n_col)).tocsr()
-    res = linprog(cost, A_ub=A[n_eq:], b_ub=np.concatenate(b_ub), A_eq=A[:n_eq], b_eq=b_eq,
-                  bounds=np.column_stack([lo_b, hi_b]), method="highs-ipm")  # measured 2x faster than the default simplex here
+    # interior point, 2x faster than the default simplex here; without crossover (15 % less): the
+    # bound needs the optimum's value, not a vertex, and IPM stops within its 1e-8 gap (< SAFETY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)  # run_crossover goes to HiGHS verbatim
+        res = linprog(cost, A_ub=A[n_eq:], b_ub=np.concatenate(b_ub), A_eq=A[:n_eq], b_eq=b_eq,
+                      bounds=np.column_stack([lo_b, hi_b]), method="highs-ipm",
+                      options={"run_crossover": "off"})
     if res.status != 0:
         raise HybridschedError(f"lower bound LP: HiGHS did not solve it ({res.message})")
     total = float(res.fun) * (1.0 - SAFETY)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.bounds import lower_bound
+from hybridsched.kinds.machine.bound_memo import memo_lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.devices import Cluster
 from hybridsched.kinds.machine.metrics import summarize
@@ -97,12 +97,14 @@ class SweepSettings:
 
 
 def evaluate_workload(tasks, cluster: Cluster, policies: dict[str, Any], seed: int,
-                      lp: bool | LPSettings = True) -> pd.DataFrame:
+                      lp: bool | LPSettings = True, bound_cache: str | Path | None = None) -> pd.DataFrame:
     """One row per policy (mean, P95, P99 latency, energy) plus the bounds, on one workload.
 
-    ``lp``: False skips the LP bound, True solves it on the default grid, an ``LPSettings`` on that grid."""
+    ``lp``: False skips the LP bound, True solves it on the default grid, an ``LPSettings`` on that
+    grid; ``bound_cache``: the LP bound memo's folder (``paths.bound_cache``; None: none)."""
     real = cluster.sample_noise(len(tasks), np.random.default_rng(seed))
-    lb = lower_bound(tasks, cluster, real, lp if isinstance(lp, LPSettings) else (LPSettings() if lp else None))
+    lb = memo_lower_bound(tasks, cluster, real, lp if isinstance(lp, LPSettings) else (LPSettings() if lp else None),
+                          bound_cache)
     rows = []
     for name, make in policies.items():
         m = summarize(simulate(tasks, cluster, make(), real).to_frame(), cluster)
@@ -114,18 +116,19 @@ def evaluate_workload(tasks, cluster: Cluster, policies: dict[str, Any], seed: i
 
 
 def load_sweep(workload: dict[str, Any], cluster: Cluster, policies: dict[str, Callable[[], Any]],
-               settings: SweepSettings) -> pd.DataFrame:
+               settings: SweepSettings, bound_cache: str | Path | None = None) -> pd.DataFrame:
     """Mean and P99 latency of every policy against offered load, with the bounds.
 
     ``workload`` is a workload config (its test split's task mix is used, its rate replaced);
-    ``policies`` maps names to factories, so each run gets a fresh policy."""
+    ``policies`` maps names to factories, so each run gets a fresh policy; ``bound_cache``: the
+    LP bound memo's folder (None: none)."""
     spec = spec_from_config(workload, "test")
     frames = []
     for load in settings.loads:
         rate = rate_for_load(spec, cluster, load)
         s = WorkloadSpec(**{**{k: getattr(spec, k) for k in spec.__dataclass_fields__}, "rate": rate})
         tasks = generate(s, settings.n_tasks, np.random.default_rng(settings.seed), cpu_gflops=cluster.cpu_gflops)
-        frames.append(evaluate_workload(tasks, cluster, policies, settings.seed, settings.lp)
+        frames.append(evaluate_workload(tasks, cluster, policies, settings.seed, settings.lp, bound_cache)
                       .assign(offered_load=load, rate=rate))
     return pd.concat(frames, ignore_index=True)
 
