@@ -47,3 +47,13 @@ def train_tiny(root: Path, names: tuple[str, ...] = NAMES) -> Path:
                                 validation_draws=0, b_beta_cpu=11.0, b_beta_gpu=7.14, b_backlog_s=1.6, c_option=1,
                                 reserved_order="rank"), mix, cluster, root / "pg_late", log=quiet)
     return root
+
+
+def train_tiny_ppo(out: Path) -> Path:
+    """A ``ppo_late`` model (MaskablePPO, ``kinds/machine/ppo_train.py``) trained on a few hundred
+    decisions into ``out`` (seeded: the same file on rerun); returns ``out``."""
+    from hybridsched.kinds.machine.ppo_train import PPOSettings, train
+
+    train(PPOSettings(total_timesteps=128, n_steps=64, batch_size=32, n_epochs=1, tasks=40, hidden=4,
+                      select_every=0, validation_draws=0), MachineCEMSettings(tasks=40), Cluster(n_gpus=2), out, log=lambda *_: None)
+    return out
