@@ -11,6 +11,11 @@ under ``metrics/`` (``policies.csv``, ``scenarios/``).  ``make docs-tables`` rew
 in ``README.md`` and ``docs/``; ``--check`` (used by ``tests/test_docs_tables.py``) changes
 nothing and exits 1 with one line per stale block, so a figure in the docs cannot drift from the
 run it names.
+
+A table of figures anywhere else is refused: :func:`figure_tables` finds the tables outside a
+generated block whose cells are mostly decimal figures, and ``--check`` names each one, so every
+figure table in the docs is a copy of a committed output (a figure from a run that commits
+nothing is given in prose with the command that prints it).
 """
 
 from __future__ import annotations
@@ -145,6 +150,41 @@ def load_sweep(metrics: Path, k: int) -> str:
     return (metrics / "scenarios" / "load_sweep_summary.md").read_text().split("\n\n")[k].strip()
 
 
+def fgd_atc23_unallocated(metrics: Path) -> str:
+    """The FGD reproduction's median unallocated GPU share per policy at the paper's x from
+    90 % on (every 10 %; ``fgd_atc23_table.csv``), captioned with the command and seeds."""
+    long = pd.read_csv(metrics / "fgd_atc23_table.csv")
+    seeds = json.loads((metrics / "fgd_atc23_headline.json").read_text())["seeds"]
+    t = long[(long["x"] >= 90) & (long["x"] % 10 == 0)].pivot(index="policy", columns="x", values="unallocated_gpu_pct_median")
+    t = t.loc[list(dict.fromkeys(long["policy"]))]  # the stage's policy order, not alphabetical
+    xs = list(t.columns)
+    lines = [f"`dvc repro -s fgd_atc23` (`metrics/fgd_atc23_table.csv`), median unallocated GPU % of capacity "
+             f"over seeds {min(seeds)}–{max(seeds)}:", "",
+             "| policy | " + " | ".join(f"x = {x}" for x in xs) + " |", "|:--|" + "--:|" * len(xs)]
+    lines += [f"| {name} | " + " | ".join(f"{r[x]:.2f}" for x in xs) + " |" for name, r in t.iterrows()]
+    return "\n".join(lines)
+
+
+_HEADLINE_COLS = ("bound", "best", "late", "ordered", "arrival")
+
+
+def headline_exp_show(metrics: Path) -> str:
+    """The workspace's row of ``dvc exp show`` over the headline (``headline.json``), figures
+    with ``dvc``'s five significant digits."""
+    h = json.loads((metrics / "headline.json").read_text())["headline"]
+    m = h["metric"]
+    head, row = ["Experiment"], ["workspace"]
+    for k in _HEADLINE_COLS:
+        if k == "bound":
+            head.append("headline.bound")
+            row.append(f"{h['bound']:.5g}")
+        elif k in h:
+            head += [f"headline.{k}.policy", f"headline.{k}.{m}"]
+            row += [h[k]["policy"], f"{h[k][m]:.5g}"]
+    return ("`dvc repro` (`metrics/headline.json`), the workspace's row:\n\n"
+            "| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|\n| " + " | ".join(row) + " |")
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "machine-policies": lambda m: machine_policies(m, _BRIEF, headline=True),
     "machine-policies-full": lambda m: machine_policies(m, _FULL),
@@ -153,7 +193,49 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "scenarios-summary": scenarios_summary,
     "load-sweep-wide": lambda m: load_sweep(m, 0),
     "load-sweep-summary": lambda m: load_sweep(m, 1),
+    "fgd-atc23-unallocated": fgd_atc23_unallocated,
+    "headline-exp-show": headline_exp_show,
 }
+
+_CODE = re.compile(r"`[^`]*`")
+_DECIMAL = re.compile(r"\d[.,]\d")  # 0.912, 31,900: a measured figure, not a setting like 128
+_RULE = re.compile(r"^\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?$")
+# (page, heading) of tables that are settings, not results, though many cells hold decimals
+NOT_FIGURES = {("docs/machine.md", "## Workload scenarios")}
+
+
+def figure_tables(text: str, page: str = "") -> list[tuple[int, str]]:
+    """``(line, heading)`` of every markdown table outside a generated block and a code fence
+    whose cells past the first column are at least a third decimal figures (three or more),
+    except the settings tables of :data:`NOT_FIGURES`."""
+    lines = text.splitlines()
+    found: list[tuple[int, str]] = []
+    fence = generated = False
+    heading, i = "", 0
+    while i < len(lines):
+        s = lines[i].strip()
+        if s.startswith(("```", "~~~")):
+            fence = not fence
+        elif fence:
+            pass
+        elif s.startswith("#"):
+            heading = s
+        elif s.startswith("<!-- generated: "):
+            generated = True
+        elif s.startswith("<!-- end generated"):
+            generated = False
+        elif s.startswith("|") and i + 1 < len(lines) and _RULE.match(lines[i + 1].strip()):
+            end = i + 2
+            while end < len(lines) and lines[end].strip().startswith("|"):
+                end += 1
+            cells = [c for row in lines[i + 2:end] for c in row.strip().strip("|").split("|")[1:]]
+            figures = sum(1 for c in cells if _DECIMAL.search(_CODE.sub("", c)))
+            if not generated and figures >= 3 and 3 * figures >= len(cells) and (page, heading) not in NOT_FIGURES:
+                found.append((i + 1, heading))
+            i = end
+            continue
+        i += 1
+    return found
 
 
 def refresh(text: str, metrics: Path, where: str) -> tuple[str, list[str]]:
@@ -176,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     """Rewrite (or with ``--check`` compare) every generated block of ``--docs``' pages (and of
     the README beside the default docs)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale or a table of figures is not generated")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     ap.add_argument("--metrics", type=Path, default=ROOT / "metrics")
     a = ap.parse_args(argv)
@@ -192,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
             what = "differs from" if a.check else "rewritten from"
             print(f"{page}: generated table {name!r} {what} {a.metrics}", file=sys.stderr if a.check else sys.stdout)
         bad += len(stale)
+        where = page.relative_to(a.docs.parent).as_posix() if page.is_relative_to(a.docs.parent) else str(page)
+        for line, heading in figure_tables(text, where):
+            print(f"{page}:{line}: a table of figures outside a generated block (under {heading or 'the title'!r}): "
+                  "generate it from metrics/ (scripts/docs_tables.py) or give the command that prints it",
+                  file=sys.stderr)
+            bad += 1
         if stale and not a.check:
             page.write_text(new)
     return 1 if bad and a.check else 0

@@ -1,6 +1,7 @@
 """The docs' generated tables (scripts/docs_tables.py) equal the committed metrics they copy,
-and a stale or unknown block is caught."""
+a stale or unknown block is caught, and no page holds a hand-typed table of figures."""
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "docs_tables.py"
 
 
+def _script():
+    """scripts/docs_tables.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("docs_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
 
@@ -20,7 +29,8 @@ def test_every_generated_table_in_the_docs_matches_the_committed_metrics():
     r = _run("--check")
     assert r.returncode == 0, r.stderr
     pages = [p for p in (ROOT / "docs").rglob("*.md") if "<!-- generated: " in p.read_text()]
-    assert {p.relative_to(ROOT / "docs").as_posix() for p in pages} >= {"machine.md", "findings/machine.md"}
+    assert {p.relative_to(ROOT / "docs").as_posix() for p in pages} >= {
+        "machine.md", "findings/machine.md", "fgd-atc23.md", "comparing-experiments.md"}
     assert "<!-- generated: machine-policies -->" in (ROOT / "README.md").read_text()
 
 
@@ -68,3 +78,40 @@ def test_the_results_page_names_a_policy_the_metrics_lack_in_one_line(tmp_path):
     r = _run("--check", "--docs", str(docs), "--metrics", str(metrics))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0
     assert f"{metrics / 'policies.csv'}: no row for dmda (docs/results/machine.md lists it)" in r.stderr
+
+
+FIGURES = """| policy | mean (s) | P95 (s) |
+|---|---|---|
+| eft | 0.7632 | 1.8473 |
+| cem | 0.6975 | 1.6985 |
+"""
+
+
+def test_no_page_has_a_table_of_figures_outside_a_generated_block():
+    """Every table of figures in README.md and docs/ is generated from metrics/: the settings and
+    reference tables (names, defaults, meanings) pass, a results table typed by hand does not."""
+    found = [f"{p.relative_to(ROOT)}:{line} ({heading})"
+             for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+             for line, heading in _script().figure_tables(p.read_text(), p.relative_to(ROOT).as_posix())]
+    assert not found, f"tables of figures outside a generated block: {found}"
+
+
+def test_figure_tables_tells_figures_from_settings():
+    ft = _script().figure_tables
+    assert ft("# Page\n\n## Results\n\n" + FIGURES) == [(5, "## Results")]
+    assert ft("<!-- generated: machine-results -->\n" + FIGURES + "<!-- end generated -->\n") == []
+    assert ft("```text\n" + FIGURES + "```\n") == []
+    settings = ("| setting | default | meaning |\n|---|---|---|\n| `max_batch` | 128 | the largest batch |\n"
+                "| `window` | `0.01` | seconds a batch waits |\n| `gamma` | 0.99 | the discount |\n")
+    assert ft(settings) == []
+    # the settings table the script lets through by heading is caught anywhere else
+    scenarios = (ROOT / "docs" / "machine.md").read_text().split("## Workload scenarios")[1].split("\n## ")[0]
+    assert ft("## Workload scenarios" + scenarios, "docs/machine.md") == []
+    assert ft("## Workload scenarios" + scenarios, "docs/other.md") != []
+
+
+def test_a_hand_typed_figures_table_fails_the_check(tmp_path, capsys):
+    (tmp_path / "results.md").write_text("# Results\n\n" + FIGURES)
+    assert _script().main(["--check", "--docs", str(tmp_path)]) == 1  # in-process: no second pandas import
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'results.md'}:3: a table of figures outside a generated block (under '# Results')" in err
