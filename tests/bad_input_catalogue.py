@@ -192,7 +192,7 @@ CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
          '`workload.rte: unknown setting (no stage reads it); known here: arrival, burst_amplitude, burst_period_s, cv, dag_job_size, dag_max_parents, deadline_slack, format, intensity_range, kind, load, max_request_size, max_tasks, memory_range, mix, n_test, n_train, name, nodes, path, priority_levels, rate, request_size, seed, size_column, size_range, slo, split, test_fraction, time_column, time_compression, tokens_per_sample, trace_path, untimed_duration_s`'),
         ('`+foo=1`',
          'check, and every stage first (`settings_schema.SCHEMA`)',
-         '`foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, tune, use_tuned, workload`'),
+         '`foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, train_ppo, tune, use_tuned, workload`'),
         ('`workload=serving` `serving.lanes=0`',
          'check, and every stage first (`settings_schema.SCHEMA`)',
          '`serving.lanes: must be an integer >= 1, got 0`'),
@@ -237,7 +237,7 @@ CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
          '`fgd.policies.fgd.coverage: must be a number in (0, 1], got 2`'),
         ('`workload.n_test=100000000`',
          'check, and every stage first (`settings_schema.SCHEMA`)',
-         '`workload.n_test=100000000: needs about 856.8 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); use a smaller value or sim.stream.enabled=true`'),
+         '`workload.n_test=100000000: needs about 884.8 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); use a smaller value or sim.stream.enabled=true`'),
         ('`workload=serving` `serving.max_batch=100000000`',
          'check, and every stage first (`settings_schema.SCHEMA`)',
          '`serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); use a smaller value`'),
@@ -337,6 +337,10 @@ CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ('`sim.policies.machine=[eft,eft]`',
          'check, and every stage first (`settings_schema.SCHEMA`)',
          "`sim.policies.machine: a machine policy name is listed twice in ['eft', 'eft']`"),
+        ('`scenarios.skip_trained_by=[train_fr]` (a stage that trains no policy: its policies would run)',
+         'scenarios, before any work (`scenarios_late.roster`, from the policy classes\' `trained_by`)',
+         "`scenarios.skip_trained_by: ['train_fr'] train(s) no policy of policies.machine; the learned policies' "
+         "stages: ['train_cem', 'train_dqn', 'train_late']`"),
     ],
     'serving: latency tables and replay traces (tests/serving/test_bad_tables.py)': [
         ('a replay trace whose timestamps are all equal (replayed as a uniform stream at `workload.rate` without a word)',

@@ -63,7 +63,7 @@ BAD = [
      "size_range, slo, split, test_fraction, time_column, time_compression, tokens_per_sample, trace_path, "
      "untimed_duration_s"),
     (["+foo=1"], "foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
-                 "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, tune, use_tuned, workload"),
+                 "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, train_ppo, tune, use_tuned, workload"),
     # serving settings
     (["workload=serving", "serving.lanes=0"], "serving.lanes: must be an integer >= 1, got 0"),
     (["workload=serving", "serving.max_batch=0"], "serving.max_batch: must be an integer >= 1, got 0"),
@@ -85,7 +85,7 @@ BAD = [
     (["fgd.policies.fgd.coverage=2"], "fgd.policies.fgd.coverage: must be a number in (0, 1], got 2"),
     # sizes that cannot fit in memory, refused before allocating
     (["workload.n_test=100000000"],
-     "workload.n_test=100000000: needs about 856.8 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); "
+     "workload.n_test=100000000: needs about 884.8 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); "
      "use a smaller value or sim.stream.enabled=true"),
     (["workload=serving", "serving.max_batch=100000000"],
      "serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 11.2 GiB usable (70% of the 16.0 GiB available); "
@@ -186,7 +186,7 @@ def test_check_stage_refuses_a_plus_added_key_with_one_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines() == [
         "error: foo: unknown setting (no stage reads it); known here: cem, cluster, dqn, fgd, load_sweep, nodes, "
-        "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, tune, use_tuned, workload"]
+        "paths, policies, policy, profile, rf, scenarios, serving, sim, tracking, train_late, train_ppo, tune, use_tuned, workload"]
     assert not list(tmp_path.iterdir())
 
 

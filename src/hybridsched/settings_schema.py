@@ -267,10 +267,12 @@ class OutDir(Text):
     file nor a path under one, which the swap would replace."""
 
     def describe(self, cfg: Config | None = None) -> str:
-        return "a folder path (not an existing file)"
+        return "a folder path (not an existing file)" + (" or null" if self.null else "")
 
     def __call__(self, key: str, value: Any, cfg: Config) -> None:
         super().__call__(key, value, cfg)
+        if value is None:  # allowed by ``null``
+            return
         from hybridsched.io import check_output_dir
 
         check_output_dir(value, key)
@@ -424,6 +426,7 @@ SCHEMA: dict[str, Rule] = {
     "paths.traces_dir": OUT_DIR,
     "paths.metrics_dir": OUT_DIR,
     "paths.tuned": OUT_DIR,
+    "paths.bound_cache": OutDir(null=True),  # the LP bound memo's folder; null: no memo
     "paths.*": PATH,
     # cluster: the machine kind's devices, power and price (also read by the other kinds)
     "cluster.source": Choice(("config", "profile")),
@@ -610,6 +613,26 @@ SCHEMA: dict[str, Rule] = {
     "train_late.*.charge_from_base": FLAG,
     "train_late.*.reserved_order": Choice(("fifo", "spt", "rank")),
     "train_late.*.*": ANY_NUM,
+    # train_ppo (machine kind; kinds/machine/ppo_train.py, PPOSettings)
+    "train_ppo.model_dir": OUT_DIR,
+    "train_ppo.seed": SEED,
+    "train_ppo.total_timesteps": POS_INT,
+    "train_ppo.tasks": Num(ge=2, integer=True),
+    "train_ppo.n_steps": Num(ge=2, integer=True),
+    "train_ppo.batch_size": Num(ge=2, integer=True),
+    "train_ppo.n_epochs": POS_INT,
+    "train_ppo.learning_rate": POS,
+    "train_ppo.gamma": UNIT,
+    "train_ppo.gae_lambda": UNIT,
+    "train_ppo.clip_range": POS,
+    "train_ppo.ent_coef": NONNEG,
+    "train_ppo.hidden": POS_INT,
+    "train_ppo.tau": POS,
+    "train_ppo.max_candidates": POS_INT,
+    "train_ppo.select_every": NONNEG_INT,
+    "train_ppo.selection_draws": POS_INT,
+    "train_ppo.validation_draws": NONNEG_INT,
+    "train_ppo.eval_tasks": Num(ge=2, integer=True),
     # profile (machine kind)
     "profile.sizes": Nums(POS_INT),
     "profile.repeats": POS_INT,
@@ -649,8 +672,8 @@ SCHEMA: dict[str, Rule] = {
     "load_sweep.policies": Names(_policies("machine"), "machine policy name", null=True),
     # scenarios (the per-scenario report, stages/scenarios.py); scenarios.workloads.<name>.* take
     # workload.*'s rules (rule_for)
-    "scenarios.heuristics": Names(_policies("machine"), "machine policy name"),
-    "scenarios.learned": Names(_policies("machine"), "machine policy name", min_len=0),
+    "scenarios.skip_trained_by": Names(None, "stage name", min_len=0),  # one that trains none: the stage's own check
+    "scenarios.exclude": Names(_policies("machine"), "machine policy name", min_len=0),
     "scenarios.heldout": NONNEG_INT,
     "scenarios.heldout_tasks": Num(ge=2, integer=True),
     "scenarios.max_tasks": Num(ge=2, integer=True, null=True),

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from hybridsched.errors import HybridschedError
-from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, ratios, verdicts
-from tests.machine.late_models import train_tiny
+from hybridsched.kinds.base import declaration
+from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, config_roster, ratios, roster, verdicts
+from tests.bad_input_catalogue import assert_documented
+from tests.machine.late_models import train_tiny, train_tiny_ppo
 from tests.runs import compose_run, outputs_in
 
 # the documented command's shrink: every named workload at 200 tasks, one held-out draw, one
@@ -40,18 +42,21 @@ def _cem_model(tmp_path) -> str:
 
 
 def _stage(tmp_path, *over: str) -> dict:
-    """The stage into tmp_path, with tiny trained late models where train_late would write them."""
+    """The stage into tmp_path, with tiny trained late models where train_late and train_ppo
+    would write them."""
     from stages.scenarios import scenarios
 
     train_tiny(tmp_path / "models" / "late")
+    train_tiny_ppo(tmp_path / "models" / "ppo_late")
     return scenarios(compose_run(*outputs_in(tmp_path), *TINY, f"cem.model_dir={_cem_model(tmp_path)}", *over))
 
 
-def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
+def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path, capfd):
     """``python -m stages.scenarios`` (the stage function) at a shrunk size: every output, every
-    policy on every scenario, verdicts that agree with the table; a rerun (with 2 workers)
-    writes the same bytes."""
+    policy on every scenario, verdicts that agree with the table; a rerun (with 2 workers),
+    which finds every scenario's LP bound in the first run's memo, writes the same bytes."""
     m = _stage(tmp_path / "a")
+    assert capfd.readouterr().out.count("LP bound: solved in ") == 7  # every scenario and the sweep's load
     out = tmp_path / "a" / "metrics"
     for f in FILES:
         assert (out / f).is_file(), f
@@ -59,14 +64,15 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     table = pd.read_csv(out / "scenarios" / "table.csv")
     names = ["default", "shifted", "bursty", "dag", "rate8", "heldout0", "load1"]
     assert list(dict.fromkeys(table["scenario"])) == names
-    pols = {"eft", "eft_load", "eft_rank", "dmda", "eft_spt", "eft_rank_spt", "dmda_wspt", "spt_late", "wspt_late",
-            "eft_late", "heft_late", "eft_late_plain", "eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late", "cem",
-            "cem_late", "dqn_late", "pg_late"}
+    # the policies and their modes as the classes declare them (roster, Declaration.dispatch)
+    cfg = compose_run().cfg
+    specs, r = cfg["policies"]["machine"], config_roster(cfg)
+    pols = {*r.heuristics, *r.learned}
     assert table.groupby("scenario")["policy"].apply(set).eq(pols).all()
-    late = table[table["policy"].isin(["spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain",
-                                       "eft_late_hold", "eft_late_spt", "eft_late_rank", "rollout_late", "cem_late",
-                                       "dqn_late", "pg_late"])]
-    ordered = table["policy"].isin(["eft_spt", "eft_rank_spt", "dmda_wspt"])
+    modes = {n: declaration(specs[n]).dispatch for n in pols}
+    late = table[table["policy"].isin([n for n in pols if modes[n] == "late"])]
+    ordered = table["policy"].isin([n for n in pols if modes[n] == "ordered"])
+    assert len(late["policy"].unique()) >= 2 and ordered.any()
     assert (late["dispatch"] == "late").all() and (table.loc[ordered, "dispatch"] == "ordered").all()
     assert (table.loc[~table.index.isin(late.index) & ~ordered, "dispatch"] == "arrival").all()
     # the LP bound was solved and holds for every policy of both modes
@@ -83,7 +89,9 @@ def test_documented_stage_runs_shrunk_and_is_identical_on_rerun(tmp_path):
     assert "| rate8 |" in md and "best policy × LP bound on default" in md
     assert json.loads((out / "scenarios.json").read_text())["learned_within_ratio"] == m["learned_within_ratio"]
     assert "wall_s" in m and "wall_s" not in json.loads((out / "scenarios.json").read_text())
-    _stage(tmp_path / "b", "scenarios.workers=2")
+    _stage(tmp_path / "b", "scenarios.workers=2", f"paths.bound_cache={tmp_path / 'a' / 'cache' / 'bounds'}")
+    out_b = capfd.readouterr().out
+    assert out_b.count(", reused from ") == 7 and "LP bound: solved" not in out_b, out_b
     for f in FILES:
         assert (tmp_path / "b" / "metrics" / f).read_bytes() == (out / f).read_bytes(), f
 
@@ -99,6 +107,28 @@ def test_documented_named_scenarios_with_another_pg_late_model(tmp_path):
     table = pd.read_csv(tmp_path / "metrics" / "scenarios" / "table.csv")
     assert list(dict.fromkeys(table["scenario"])) == ["default", "shifted", "bursty", "dag", "rate8"]
     assert table.loc[table["policy"] == "pg_late", "mean_latency"].notna().all()
+
+
+def test_the_report_runs_the_policies_their_classes_declare():
+    """``roster``: the heuristics by dispatch mode and the learned policies, from the classes'
+    declarations; baselines, clairvoyant policies, the learned policies of a ``skip_trained_by``
+    stage and ``exclude`` are left out; a stage that trains no policy is one line naming the
+    setting."""
+    m = "hybridsched.kinds.machine.policies."
+    specs = {"rr": {"_target_": m + "classic.RoundRobin"}, "eft": {"_target_": m + "eft.EarliestFinishTime"},
+             "orc": {"_target_": m + "eft.Oracle"}, "spt": {"_target_": m + "ordered.OrderedQueues"},
+             "late": {"_target_": m + "late.EFTLate"}, "cem": {"_target_": m + "scorer.CEMScorer"},
+             "dqn": {"_target_": m + "dqn.DQNPolicy"}, "pg": {"_target_": m + "late_dqn.PGLate"}}
+    r = roster(specs, ("train_dqn",))
+    assert (r.arrival, r.late, r.learned) == (("eft", "spt"), ("late",), ("cem", "pg"))
+    assert r.dispatch["pg"] == "late" and r.learned_late == ("pg",)
+    assert roster(specs, (), exclude=("eft", "late", "cem")).heuristics == ("spt",)
+    assert roster(specs, ("train_cem", "train_late")).learned == ("dqn",)
+    with pytest.raises(HybridschedError) as e:
+        roster(specs, ("train_fr",))
+    assert_documented(str(e.value))
+    assert str(e.value) == ("scenarios.skip_trained_by: ['train_fr'] train(s) no policy of policies.machine; the "
+                            "learned policies' stages: ['train_cem', 'train_dqn', 'train_late']")
 
 
 def test_verdicts_count_the_learned_ratio_and_the_bound_targets():
@@ -168,7 +198,7 @@ def test_a_missing_learned_model_is_one_line_before_any_work(tmp_path, capsys):
 
 @pytest.mark.parametrize("override, message", [
     ("scenarios.workloads.shifted.rate=-1", "scenarios.workloads.shifted.rate: must be a number > 0"),
-    ("scenarios.heuristics=[eft,nosuch]", "scenarios.heuristics: unknown machine policy name"),
+    ("scenarios.exclude=[eft,nosuch]", "scenarios.exclude: unknown machine policy name"),
     ("scenarios.lp.rho=0.5", "scenarios.lp.rho: must be a number >= 1"),
     ("+scenarios.workloads.dag.rte=5", "scenarios.workloads.dag.rte: unknown setting"),
 ])

@@ -29,41 +29,89 @@ import pandas as pd
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError
 from hybridsched.io import without_timings, write_frame, write_json, write_text
-from hybridsched.kinds.machine.bounds import lower_bound
+from hybridsched.kinds.machine.bound_memo import memo_lower_bound
 from hybridsched.kinds.machine.bounds_lp import LPSettings
 from hybridsched.kinds.machine.sim import simulate
 from hybridsched.kinds.machine.workload import TaskTable, WorkloadSpec, generate, generate_splits, spec_from_config
 
-# studies.late_eval's policy lists (the pipeline's are in conf: scenarios.heuristics / .learned)
-ARRIVAL = ("eft", "eft_load", "eft_rank", "dmda", "eft_spt", "eft_rank_spt", "dmda_wspt")
-LATE = ("spt_late", "wspt_late", "eft_late", "heft_late", "eft_late_plain", "eft_late_hold", "eft_late_spt",
-        "eft_late_rank", "rollout_late")
-LEARNED = ("cem", "cem_late", "dqn_late", "pg_late")
 Factories = dict[str, Callable[[], Any]]
 
 
-def bound_of(tasks: TaskTable, cluster: Cluster, real, lp: LPSettings | None, cache: Path | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Roster:
+    """The report's policies, as their classes declare them (:func:`roster`): the heuristics
+    placed at arrival (``arrival`` and ``ordered`` dispatch), the late-dispatch heuristics and the
+    learned policies, each in the order of ``policies.machine``."""
+
+    arrival: tuple[str, ...]
+    late: tuple[str, ...]
+    learned: tuple[str, ...]
+    dispatch: dict[str, str] = field(default_factory=dict, compare=False)  # name -> its dispatch mode
+
+    @property
+    def heuristics(self) -> tuple[str, ...]:
+        """Every heuristic, arrival ones first."""
+        return (*self.arrival, *self.late)
+
+    @property
+    def learned_late(self) -> tuple[str, ...]:
+        """The learned policies that dispatch late."""
+        return tuple(n for n in self.learned if self.dispatch.get(n) == "late")
+
+
+def roster(specs: dict[str, dict[str, Any]], skip_trained_by: Sequence[str], exclude: Sequence[str] = ()) -> Roster:
+    """The policies of ``specs`` (``policies.machine``) the report runs: every heuristic and every
+    learned policy (a class's ``role``) but those whose model a stage of ``skip_trained_by``
+    writes (a class's ``trained_by``: ``scenarios.skip_trained_by``), less the names in
+    ``exclude``.  Baselines and clairvoyant policies are not in it.  A stage named in
+    ``skip_trained_by`` that trains none of ``specs`` is one line naming the setting."""
+    from hybridsched.kinds.base import declaration
+
+    declared = {n: declaration(spec) for n, spec in specs.items()}
+    trainers = sorted({d.trained_by for d in declared.values() if d.trained_by is not None})
+    stray = [s for s in skip_trained_by if s not in trainers]
+    if stray:
+        raise HybridschedError(f"scenarios.skip_trained_by: {stray} train(s) no policy of policies.machine; "
+                               f"the learned policies' stages: {trainers}")
+    kept = {n: d for n, d in declared.items() if n not in exclude}
+    return Roster(arrival=tuple(n for n, d in kept.items() if d.role == "heuristic" and d.dispatch != "late"),
+                  late=tuple(n for n, d in kept.items() if d.role == "heuristic" and d.dispatch == "late"),
+                  learned=tuple(n for n, d in kept.items()
+                                if d.role == "learned" and d.trained_by not in skip_trained_by),
+                  dispatch={n: d.dispatch for n, d in kept.items()})
+
+
+def config_roster(cfg: dict[str, Any]) -> Roster:
+    """:func:`roster` of a composed config (``policies.machine`` and ``scenarios.skip_trained_by``
+    / ``.exclude``): the studies' policy lists are the pipeline's."""
+    s = cfg["scenarios"]
+    return roster(cfg["policies"]["machine"], tuple(s["skip_trained_by"]), tuple(s.get("exclude") or ()))
+
+
+def bound_of(tasks: TaskTable, cluster: Cluster, real, lp: LPSettings | None, cache: Path | None,
+             memo: str | Path | None = None) -> dict[str, Any]:
     """The lower bounds; cached in ``cache`` (a JSON file) by task count and LP grid, so a rerun
-    with another model only simulates.  ``cache=None``: no cache."""
+    with another model only simulates.  ``cache=None``: no cache.  ``memo``: the folder of the
+    content-addressed memo (``paths.bound_cache``, :mod:`bound_memo`), None: none."""
     key = {"n": len(tasks), "lp": None if lp is None else asdict(lp)}
     if cache is not None and cache.is_file():
         b = json.loads(cache.read_text())
         if b.get("key") == key:
             return b
-    b = {**asdict(lower_bound(tasks, cluster, real, lp)), "key": key}
+    b = {**asdict(memo_lower_bound(tasks, cluster, real, lp, memo)), "key": key}
     if cache is not None:
         write_json(cache, b)
     return b
 
 
 def evaluate(name: str, tasks: TaskTable, cluster: Cluster, seed: int, pols: Factories, lp: LPSettings | None,
-             out: Path | None, quiet: bool = False) -> pd.DataFrame:
+             out: Path | None, quiet: bool = False, memo: str | Path | None = None) -> pd.DataFrame:
     """One row per policy (its dispatch mode, mean and P99 latency) plus the bounds, on one
     scenario; noise from ``seed``.  With ``out``: the bound is cached as ``<out>/<name>_bound.json``
-    and the rows written to ``<out>/<name>.csv``."""
+    and the rows written to ``<out>/<name>.csv``; ``memo``: the bound memo's folder (:func:`bound_of`)."""
     real = cluster.sample_noise(len(tasks), np.random.default_rng(seed))
     t0 = time.perf_counter()
-    b = bound_of(tasks, cluster, real, lp, None if out is None else out / f"{name}_bound.json")
+    b = bound_of(tasks, cluster, real, lp, None if out is None else out / f"{name}_bound.json", memo)
     rows = []
     for pname, make in pols.items():
         policy = make()
@@ -80,8 +128,7 @@ def evaluate(name: str, tasks: TaskTable, cluster: Cluster, seed: int, pols: Fac
     return df
 
 
-def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED,
-           heuristics: Sequence[str] = (*ARRIVAL, *LATE)) -> pd.DataFrame:
+def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str], heuristics: Sequence[str]) -> pd.DataFrame:
     """One row per scenario, numbers only: the bound, the best of ``heuristics`` in each mode (a
     policy's mode is its ``dispatch``; a policy in neither list only counts as the best policy), each
     learned policy's latency and its ratio to the best heuristic of its own mode, the best
@@ -114,8 +161,7 @@ def ratios(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED,
     return pd.DataFrame(rows)
 
 
-def summary(frames: Sequence[pd.DataFrame], learned: Sequence[str] = LEARNED,
-            heuristics: Sequence[str] = (*ARRIVAL, *LATE)) -> str:
+def summary(frames: Sequence[pd.DataFrame], learned: Sequence[str], heuristics: Sequence[str]) -> str:
     """One markdown row per scenario: LP bound, best heuristic per mode, learned per mode (÷ the
     best heuristic of its own mode) and the best policy × the bound."""
     rows = []
@@ -162,10 +208,11 @@ def markdown(df: pd.DataFrame) -> str:
 
 @dataclass(frozen=True)
 class ScenarioSettings:
-    """The ``scenarios`` config block (conf/scenarios/default.yaml)."""
+    """The ``scenarios`` config block (conf/scenarios/default.yaml), with its policies resolved
+    (:func:`roster`)."""
 
-    heuristics: tuple[str, ...] = (*ARRIVAL, *LATE)
-    learned: tuple[str, ...] = LEARNED
+    heuristics: tuple[str, ...] = ()
+    learned: tuple[str, ...] = ()
     heldout: int = 5
     heldout_tasks: int = 3000
     max_tasks: int | None = None        # cap on a named workload's test split (None: its n_test)
@@ -178,13 +225,15 @@ class ScenarioSettings:
     bound_targets: dict[str, float] = field(default_factory=lambda: {"default": 1.5, "shifted": 3.0})
 
     @classmethod
-    def from_dict(cls, s: dict[str, Any]) -> ScenarioSettings:
-        """From the config block (``lp.enabled: false``: the solo bound only)."""
+    def from_dict(cls, s: dict[str, Any], specs: dict[str, dict[str, Any]]) -> ScenarioSettings:
+        """From the config block and ``specs`` (``policies.machine``, whose classes say which
+        policies the report runs: :func:`roster`); ``lp.enabled: false``: the solo bound only."""
+        r = roster(specs, tuple(s["skip_trained_by"]), tuple(s.get("exclude") or ()))
         lp = s.get("lp") or {}
         grid = (LPSettings(delta=lp.get("delta"), rho=float(lp.get("rho", 4.0)), max_levels=int(lp.get("max_levels", 24)),
                            piece_cuts=int(lp.get("piece_cuts", LPSettings.piece_cuts)))
                 if lp.get("enabled", True) else None)
-        return cls(heuristics=tuple(s["heuristics"]), learned=tuple(s["learned"]), heldout=int(s["heldout"]),
+        return cls(heuristics=r.heuristics, learned=r.learned, heldout=int(s["heldout"]),
                    heldout_tasks=int(s["heldout_tasks"]),
                    max_tasks=None if s.get("max_tasks") is None else int(s["max_tasks"]), lp=grid,
                    loads=tuple(float(x) for x in s.get("loads") or ()), sweep_tasks=int(s["sweep_tasks"]),
@@ -247,15 +296,17 @@ def scenario_jobs(workloads: dict[str, dict[str, Any]], cluster: Cluster, s: Sce
 
 def _run_job(args: tuple) -> pd.DataFrame:
     """One scenario (a worker process's job): every policy and the bound."""
-    name, tasks, seed, extra, cluster, specs, names, lp = args
-    df = evaluate(name, tasks, cluster, seed, factories(specs, names), lp, None, quiet=True)
+    name, tasks, seed, extra, cluster, specs, names, lp, memo = args
+    df = evaluate(name, tasks, cluster, seed, factories(specs, names), lp, None, quiet=True, memo=memo)
     return df.assign(**{k: v for k, v in extra.items()})
 
 
 def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: dict[str, dict[str, Any]],
-               s: ScenarioSettings, sim_seed: int, out: Path, plots: Path) -> dict[str, Any]:
+               s: ScenarioSettings, sim_seed: int, out: Path, plots: Path,
+               bound_cache: str | Path | None = None) -> dict[str, Any]:
     """Every scenario, every policy: writes under ``out`` (``scenarios/`` and ``scenarios.json``)
     and ``plots`` (``scenarios.csv``, ``scenarios/scenarios.png``); returns the metrics.
+    ``bound_cache``: the folder of the LP bound memo (``paths.bound_cache``; None: none).
 
     ``workloads``: name -> workload config (their test splits are the named scenarios);
     ``specs``: ``policies.machine``.  Jobs run in ``s.workers`` processes; each job is seeded,
@@ -264,7 +315,7 @@ def run_report(workloads: dict[str, dict[str, Any]], cluster: Cluster, specs: di
     factories(specs, names)  # unknown names and missing models fail before any work
     t0 = time.perf_counter()
     jobs = scenario_jobs(workloads, cluster, s, sim_seed)
-    args = [(n, t, seed, extra, cluster, specs, names, s.lp) for n, t, seed, extra in jobs]
+    args = [(n, t, seed, extra, cluster, specs, names, s.lp, bound_cache) for n, t, seed, extra in jobs]
     if s.workers > 1 and len(args) > 1:
         from concurrent.futures import ProcessPoolExecutor
 

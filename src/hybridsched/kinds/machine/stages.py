@@ -379,7 +379,7 @@ def simulate(run: Run) -> pd.DataFrame:
     workload with the same run-time noise: a ``<policy>.parquet`` trace each, ``dispatch.json``
     (policy -> mode) and ``lower_bound.json`` in ``paths.traces_dir``; returns the per-policy
     table with a ``dispatch`` column.  ``sim.dispatch`` filters by mode (``all``: every one)."""
-    from hybridsched.kinds.machine.bounds import lower_bound
+    from hybridsched.kinds.machine.bound_memo import memo_lower_bound
     from hybridsched.kinds.machine.sim import simulate as run_policy
 
     cluster = _cluster(run)
@@ -389,8 +389,10 @@ def simulate(run: Run) -> pd.DataFrame:
         getattr(policy, "load", lambda: None)()
     realization = cluster.sample_noise(len(tasks), np.random.default_rng(int(run.cfg["sim"]["seed"])))
     traces, modes = {}, {name: dispatch_mode(p) for name, p in policies.items()}
-    # the LP bound is solved in a second process while the policies run (the same numbers either way)
-    with background(lower_bound, tasks, cluster, realization, lp=lp_settings(run.cfg["sim"])) as solving, \
+    # the LP bound is solved in a second process while the policies run (the same numbers either
+    # way), or reused from paths.bound_cache when this workload's bound was solved before
+    with background(memo_lower_bound, tasks, cluster, realization, lp=lp_settings(run.cfg["sim"]),
+                    folder=run.cfg["paths"].get("bound_cache")) as solving, \
             atomic_dir(run.traces_dir) as tmp:
         for name, policy in progress(policies.items(), desc="simulate", unit="policy"):
             traces[name] = run_policy(tasks, cluster, policy, realization, compiled=bool(run.cfg["sim"]["compiled"])).to_frame()
@@ -493,9 +495,10 @@ def scenarios(run: Run) -> dict[str, Any]:
     LP bound; metrics/scenarios.json, metrics/scenarios/, metrics/plots/scenarios.{csv,png}."""
     from hybridsched.kinds.machine.scenarios_late import ScenarioSettings, run_report
 
-    s = run.cfg["scenarios"]
-    metrics = run_report(s["workloads"], _cluster(run), run.cfg["policies"]["machine"], ScenarioSettings.from_dict(s),
-                         int(run.cfg["sim"]["seed"]), run.metrics_dir, run.metrics_dir / "plots")
+    s, specs = run.cfg["scenarios"], run.cfg["policies"]["machine"]
+    metrics = run_report(s["workloads"], _cluster(run), specs, ScenarioSettings.from_dict(s, specs),
+                         int(run.cfg["sim"]["seed"]), run.metrics_dir, run.metrics_dir / "plots",
+                         bound_cache=run.cfg["paths"].get("bound_cache"))
     run.track("scenarios", {k: v for k, v in metrics.items() if isinstance(v, int | float)},
               [run.metrics_dir / "scenarios.json", run.metrics_dir / "scenarios" / "summary.md"])
     return metrics
