@@ -79,7 +79,8 @@ def test_piece_cuts_only_tighten_and_stay_below_the_optimum():
     c, t, real = _queue_of_identical_cpu_tasks(10)
     for rho in (1.0, 4.0):
         got = [lower_bound(t, c, real, LPSettings(rho=rho, piece_cuts=k)).mean_latency_lp for k in (0, 1, 2, 4)]
-        assert all(b >= a - 1e-9 for a, b in zip(got, got[1:])) and got[-1] <= 5.5
+        # equal optima may differ within the interior point's stopping gap (1e-8 relative)
+        assert all(b >= a * (1 - 1e-7) for a, b in zip(got, got[1:])) and got[-1] <= 5.5
         if rho == 1.0:  # coarse pieces: the cuts give back part of what counting work at a piece's start lost
             assert got[2] > got[0] + 0.05
 
