@@ -36,7 +36,7 @@ import numpy as np
 
 from hybridsched.devices import Cluster
 from hybridsched.errors import HybridschedError, check_known_keys
-from hybridsched.io import atomic_dir, without_timings, write_frame, write_json, write_text
+from hybridsched.io import atomic_dir, without_timings, write_frame, write_json
 from hybridsched.kinds.machine.cem_train import _SELECT_STREAM, _TRAIN_STREAM, _VALID_STREAM, MachineCEMSettings, draw_set
 from hybridsched.kinds.machine.env import MachineLateEnv
 from hybridsched.kinds.machine.policies.ppo_late import MODEL_FILE, agent_of
@@ -273,14 +273,3 @@ def train_stage(run: Run) -> dict[str, Any]:
               [run.metrics_dir / "train_ppo.json", run.metrics_dir / "plots" / "train_ppo.csv",
                Path(cfg["model_dir"]) / MODEL_FILE])
     return metrics
-
-
-def not_applicable(run: Run) -> dict[str, Any]:
-    """The stage's outputs on a kind without late dispatch: each says "not applicable"."""
-    reason = f"not applicable to workload.kind {run.kind!r} (machine kind only)"
-    with atomic_dir(Path(run.cfg["train_ppo"]["model_dir"])) as tmp:
-        write_json(tmp / "skipped.json", {"skipped": reason})
-    write_json(run.metrics_dir / "train_ppo.json", {"skipped": reason})
-    write_text(run.metrics_dir / "plots" / "train_ppo.csv", ",".join(CURVE_COLUMNS) + "\n")
-    print(f"train_ppo: {reason}")
-    return {"skipped": reason}

@@ -259,6 +259,14 @@ def tune(run: Run) -> dict:
     return summary
 
 
+def train_ppo(run: Run) -> dict[str, Any]:
+    """``ppo_late``: sb3-contrib's MaskablePPO on the late-dispatch env over the ``cem.machine``
+    mixture (kinds/machine/ppo_train.py), into ``train_ppo.model_dir``."""
+    from hybridsched.kinds.machine import ppo_train
+
+    return ppo_train.train_stage(run)
+
+
 def train_late(run: Run) -> dict[str, Any]:
     """The learned late dispatchers of ``train_late.policies`` (kinds/machine/late_train.py),
     each from ``train_late.base``'s tuned weights on the ``cem.machine`` mixture's training
