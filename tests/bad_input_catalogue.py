@@ -246,7 +246,7 @@ CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
          '`serving.max_batch=100000000: needs about 17.9 GiB of memory, more than the 14.0 GiB usable (70% of the 20.0 GiB available); use a smaller value`'),
         ('`workload=file` `workload.path=FILE` too big for memory (a 2-million-row csv: validate peaked at 12.8 GB)',
          'check, and every stage first (memory estimate from the file size before reading it: rows x bytes per row of the hungriest stage; `$HYBRIDSCHED_MEMORY_BYTES` = 8 MiB here)',
-         "`workload.path='FILE' (about 1000 rows): needs about 8.8 MiB of memory, more than the 5.6 MiB usable (70% of the 8.0 MiB available); use a smaller file`"),
+         "`workload.path='FILE' (about 1000 rows): needs about 9.1 MiB of memory, more than the 5.6 MiB usable (70% of the 8.0 MiB available); use a smaller file`"),
         ('`policies.machine.random.gpu_fractions=[0.0]`',
          'check, and every stage first (`settings_schema.SCHEMA`)',
          '`policies.machine.random.gpu_fractions: every value must be a number in (0, 1], got 0.0 in [0.0]`'),

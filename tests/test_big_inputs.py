@@ -42,7 +42,7 @@ def test_a_workload_file_too_big_for_memory_is_refused_before_it_is_read(tmp_pat
     with pytest.raises(HybridschedError) as e:
         check_settings(compose_run("workload=file", f"workload.path={path}").cfg)
     message = str(e.value).replace(str(path), "FILE")
-    assert message == ("workload.path='FILE' (about 1000 rows): needs about 8.8 MiB of memory, more than the "
+    assert message == ("workload.path='FILE' (about 1000 rows): needs about 9.1 MiB of memory, more than the "
                        "5.6 MiB usable (70% of the 8.0 MiB available); use a smaller file")
     assert_one_plain_line(message)
     assert_documented(message)
