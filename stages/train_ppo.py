@@ -9,7 +9,6 @@ A kind without late dispatch writes the stage's outputs saying "not applicable",
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -21,19 +20,14 @@ from stages.common import check_group_options, run_stage
 
 def train_ppo(run: Run) -> dict[str, Any]:
     """The kind's training, or the not-applicable outputs for a kind that has none."""
-    from hybridsched.io import atomic_dir, write_json, write_text
     from hybridsched.kinds import get_kind
+    from hybridsched.not_applicable import skip_training
 
     fn = getattr(get_kind(run.kind), "train_ppo", None)
     if fn is not None:
         return fn(run)
-    reason = f"not applicable to workload.kind {run.kind!r} (machine kind only)"
-    with atomic_dir(Path(run.cfg["train_ppo"]["model_dir"])) as tmp:
-        write_json(tmp / "skipped.json", {"skipped": reason})
-    write_json(run.metrics_dir / "train_ppo.json", {"skipped": reason})
-    write_text(run.metrics_dir / "plots" / "train_ppo.csv", "step,episode,cost\n")
-    print(f"train_ppo: {reason}")
-    return {"skipped": reason}
+    return skip_training("train_ppo", run.cfg["train_ppo"]["model_dir"], run.metrics_dir, "step,episode,cost",
+                         f"not applicable to workload.kind {run.kind!r} (machine kind only)")
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")

@@ -19,17 +19,18 @@ def empty_plot_dir(path: Path) -> Path:
     return Path(path)
 
 
-def skip_train_cem(run, reason: str) -> dict:  # noqa: ANN001 (a kinds.base.Run; no import cycle)
-    """The train_cem stage's outputs for a kind without a ``cem`` policy: the model folder
-    with a ``skipped.json``, ``metrics/train_cem.json`` with the reason, and the curve's header."""
+def skip_training(stage: str, model_dir: str | Path, metrics_dir: Path, curve_header: str, reason: str) -> dict:
+    """A training stage's outputs for a kind without its policies: the model folder with a
+    ``skipped.json``, ``<metrics_dir>/<stage>.json`` with the reason, and the curve's header
+    (``<metrics_dir>/plots/<stage>.csv``)."""
     from hybridsched.io import atomic_dir, write_json, write_text
 
-    with atomic_dir(run.cfg["cem"]["model_dir"]) as tmp:
+    with atomic_dir(Path(model_dir)) as tmp:
         write_json(tmp / "skipped.json", {"skipped": reason})
     summary = {"skipped": reason}
-    write_json(run.metrics_dir / "train_cem.json", summary)
-    write_text(run.metrics_dir / "plots" / "train_cem.csv", "generation,mean_cost,elite_cost\n")
-    print(f"train_cem: {reason}")
+    write_json(metrics_dir / f"{stage}.json", summary)
+    write_text(metrics_dir / "plots" / f"{stage}.csv", curve_header + "\n")
+    print(f"{stage}: {reason}")
     return summary
 
 

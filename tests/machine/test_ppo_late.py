@@ -10,6 +10,7 @@ import zipfile
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.runs import compose_run, outputs_in
 
@@ -75,11 +76,14 @@ def test_the_stage_trains_a_model_that_runs_in_simulate_and_a_rerun_is_identical
     np.testing.assert_array_equal(env.trace().end, tr.end)
 
 
-def test_another_kind_gets_not_applicable_outputs(tmp_path):
-    from stages.train_ppo import train_ppo
+@pytest.mark.parametrize(("stage", "model", "header"), [("train_ppo", "ppo_late", "step,episode,cost"),
+                                                     ("train_late", "late", "policy,step,cost")])
+def test_another_kind_gets_not_applicable_outputs(tmp_path, stage, model, header):
+    import importlib
 
-    m = train_ppo(compose_run(*outputs_in(tmp_path), "workload=serving"))
+    fn = getattr(importlib.import_module(f"stages.{stage}"), stage)
+    m = fn(compose_run(*outputs_in(tmp_path), "workload=serving"))
     assert m["skipped"].startswith("not applicable to workload.kind 'serving'")
-    assert json.loads((tmp_path / "models" / "ppo_late" / "skipped.json").read_text()) == m
-    assert json.loads((tmp_path / "metrics" / "train_ppo.json").read_text()) == m
-    assert (tmp_path / "metrics" / "plots" / "train_ppo.csv").read_text() == "step,episode,cost\n"
+    assert json.loads((tmp_path / "models" / model / "skipped.json").read_text()) == m
+    assert json.loads((tmp_path / "metrics" / f"{stage}.json").read_text()) == m
+    assert (tmp_path / "metrics" / "plots" / f"{stage}.csv").read_text() == header + "\n"
