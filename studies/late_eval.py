@@ -23,8 +23,8 @@ noise from seed k).
     python -m studies.late_eval --noise-seeds 10 --out /tmp/late_noise   # the learned target under 10 noise seeds
     python -m studies.late_eval --gantt docs/img/late_gantt.png --gantt-policies rollout_late,heft_late,pg_late  # one busy minute
 
-The LP bound of each scenario is cached in ``<out>/<scenario>_bound.json`` (same tasks, noise
-and grid give the same bound), so re-running with another model only simulates.  Writes
+The LP bound of each scenario is kept in the bound memo under ``<out>/bounds`` (same tasks,
+noise and grid give the same bound), so re-running with another model only simulates.  Writes
 ``<out>/<scenario>.csv`` and ``<out>/late.md`` (``--out`` by default: studies-out/late, git-ignored).
 """
 

@@ -213,7 +213,7 @@ def main() -> None:
     keys, shares, objective, progress = search(tasks, cluster, reals, policy, args.iters, args.window,
                                                args.split_moves, args.seed)
     seconds = time.perf_counter() - t0
-    b = bound_of(tasks, cluster, real, LPSettings(rho=args.lp_rho), None)
+    b = bound_of(tasks, cluster, real, LPSettings(rho=args.lp_rho))
     check = simulate(tasks, cluster, OfflineSchedule(keys, shares, **kept), real)  # the result, run as a policy
     best = float(np.mean(check.end - check.arrival))
     other = []  # the same schedule rules where the noise is not the one searched on

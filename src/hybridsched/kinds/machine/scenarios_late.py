@@ -16,7 +16,6 @@ Used by the ``scenarios`` stage (:func:`run_report`) and by ``studies.late_eval`
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -88,30 +87,22 @@ def config_roster(cfg: dict[str, Any]) -> Roster:
     return roster(cfg["policies"]["machine"], tuple(s["skip_trained_by"]), tuple(s.get("exclude") or ()))
 
 
-def bound_of(tasks: TaskTable, cluster: Cluster, real, lp: LPSettings | None, cache: Path | None,
+def bound_of(tasks: TaskTable, cluster: Cluster, real, lp: LPSettings | None,
              memo: str | Path | None = None) -> dict[str, Any]:
-    """The lower bounds; cached in ``cache`` (a JSON file) by task count and LP grid, so a rerun
-    with another model only simulates.  ``cache=None``: no cache.  ``memo``: the folder of the
-    content-addressed memo (``paths.bound_cache``, :mod:`bound_memo`), None: none."""
-    key = {"n": len(tasks), "lp": None if lp is None else asdict(lp)}
-    if cache is not None and cache.is_file():
-        b = json.loads(cache.read_text())
-        if b.get("key") == key:
-            return b
-    b = {**asdict(memo_lower_bound(tasks, cluster, real, lp, memo)), "key": key}
-    if cache is not None:
-        write_json(cache, b)
-    return b
+    """The lower bounds as a dict; ``memo``: the folder of the content-addressed memo
+    (``paths.bound_cache``, :mod:`bound_memo`), so the same tasks, noise and grid are solved
+    once; None: solved here."""
+    return asdict(memo_lower_bound(tasks, cluster, real, lp, memo))
 
 
 def evaluate(name: str, tasks: TaskTable, cluster: Cluster, seed: int, pols: Factories, lp: LPSettings | None,
              out: Path | None, quiet: bool = False, memo: str | Path | None = None) -> pd.DataFrame:
     """One row per policy (its dispatch mode, mean and P99 latency) plus the bounds, on one
-    scenario; noise from ``seed``.  With ``out``: the bound is cached as ``<out>/<name>_bound.json``
-    and the rows written to ``<out>/<name>.csv``; ``memo``: the bound memo's folder (:func:`bound_of`)."""
+    scenario; noise from ``seed``.  With ``out``: the rows are written to ``<out>/<name>.csv``;
+    ``memo``: the bound memo's folder (:func:`bound_of`), ``<out>/bounds`` when None and ``out`` is set."""
     real = cluster.sample_noise(len(tasks), np.random.default_rng(seed))
     t0 = time.perf_counter()
-    b = bound_of(tasks, cluster, real, lp, None if out is None else out / f"{name}_bound.json", memo)
+    b = bound_of(tasks, cluster, real, lp, out / "bounds" if memo is None and out is not None else memo)
     rows = []
     for pname, make in pols.items():
         policy = make()
