@@ -3,8 +3,8 @@ mkdocs-gen-files plugin (mkdocs.yml, ``plugins: gen-files: scripts:``), so they 
 
 - ``reference/settings.md``: every rule of ``settings_schema.SCHEMA`` with its range, its
   default in the composed ``conf/`` of each kind, and the comment that explains it;
-- ``reference/policies.md``: every ``conf/policies/<kind>/*.yaml``: class, dispatch mode,
-  learned or not, the class's one-line description, its parameters;
+- ``reference/policies.md``: every ``conf/policies/<kind>/*.yaml``: class, its declaration
+  (dispatch mode, role, trained_by), the class's one-line description, its parameters;
 - ``reference/stages.md``: the DVC stages of ``dvc.yaml``;
 - ``reference/http-api.md``: the live service's endpoints, from its OpenAPI schema;
 - ``reference/python-api.md``: the library's main modules, rendered by mkdocstrings.
@@ -323,24 +323,25 @@ def yaml_header(text: str) -> str:
 
 
 def policies_page() -> str:
-    from hybridsched.evaluation import dispatch_mode
-    from hybridsched.kinds.base import target_class
+    from hybridsched.kinds.base import declaration, target_class
 
     resolved, raw = composed(KIND_WORKLOAD["machine"])
     out = ["# Policies", "", generated("`conf/policies/<kind>/*.yaml` (each policy's configuration) and the "
-                                       "classes their `_target_` names (dispatch mode, description)"), "",
+                                       "classes their `_target_` names (declaration, description)"), "",
            "Every policy of every kind. **Dispatch** is the mode the simulator runs it in, as its class declares "
            "(`dispatch`; `arrival` unless it says otherwise): `arrival` places each task when it arrives, "
            "`ordered` keeps each device's queue in an order, `late` picks from a central pool when a device "
-           "frees, the cluster's `queue` reorders one central queue at every event. **Learned** policies read "
-           "a trained model (`model_dir`, written by a `train_*` stage); `tuned` reads the weights the "
+           "frees, the cluster's `queue` reorders one central queue at every event. **Role** (`role`): "
+           "`baseline`, `heuristic`, `learned` (reads the model its **trained by** stage writes, `model_dir`) or "
+           "`clairvoyant`; `tuned` reads the weights the "
            "`tune_heuristics` stage searched. A policy runs with `policy=NAME`, or among `sim.policies.<kind>`; "
            "a new one is one class and one YAML ([adding-a-policy.md](../adding-a-policy.md)).", ""]
     for kind in KINDS:
         files = sorted((CONF / "policies" / kind).glob("*.yaml"))
         out += [f"## {kind}", "",
                 f"{len(files)} policies (`conf/policies/{kind}/`).", "",
-                "| policy | class | dispatch | learned | what it does | parameters |", "|---|---|---|---|---|---|"]
+                "| policy | class | dispatch | role | trained by | what it does | parameters |",
+                "|---|---|---|---|---|---|---|"]
         for f in files:
             name = f.stem
             node = (resolved.get("policies") or {}).get(kind, {}).get(name)
@@ -348,13 +349,13 @@ def policies_page() -> str:
             if node is None:  # not in the kind's defaults list: read the file itself
                 node = raw_node = {k: v for k, v in (yaml.safe_load(f.read_text()) or {}).items() if k != "defaults"}
             cls = target_class(node)
-            learned = "model_dir" in node or "model_dir" in inspect.signature(cls).parameters
+            d = declaration(node)  # the class attributes kinds.base reads: what simulate and scenarios use
             what = first_sentence(inspect.getdoc(cls))
             header = yaml_header(f.read_text())
             if header and header != what:
                 what += f"<br>*This configuration:* {header}"
             params = ", ".join(f"{code(k)}: {code(value_text(v, 60))}" for k, v in raw_node.items() if k != "_target_")
-            out.append(f"| {code(name)} | {code(cls.__name__)} | {dispatch_mode(cls)} | {'yes' if learned else 'no'} "
+            out.append(f"| {code(name)} | {code(cls.__name__)} | {d.dispatch} | {d.role} | {code(d.trained_by) if d.trained_by else '—'} "
                        f"| {cell(what)} | {cell(params) or '—'} |")
         out.append("")
     return "\n".join(out)

@@ -1,11 +1,13 @@
 """docs/adding-a-policy.md, followed: a policy is its class and its YAML, copied from the doc's
-code blocks into a scratch copy of the project, and nothing else.  The doc's machine policies
-of both dispatch modes (``shortest_queue``, arrival; ``longest_wait_late``, late) and its
-cluster one (``fastest``): there the composed ``params.yaml`` (``make params``' call) holds
-each at ``policies.<kind>.<name>``; ``python -m stages.simulate`` runs the machine ones in
-their modes, the cluster kind's simulate the cluster one; the ``scenarios`` stage's settings
-list the machine ones among its heuristics; the live race offers the arrival one and names the
-late one as not raceable; and ``git status`` shows the new files and no other change."""
+code blocks into a scratch copy of the project, and nothing else.  The doc has one example per
+dispatch interface: machine ``shortest_queue`` (arrival), ``longest_wait_late`` (late) and
+``eft_wspt`` (ordered), cluster ``fastest`` (node) and ``slowdown_queue`` (queue), serving
+``least_slack``.  There the composed ``params.yaml`` (``make params``' call) holds each at
+``policies.<kind>.<name>``; ``python -m stages.simulate`` runs the machine ones in their modes,
+the cluster kind's simulate the cluster ones in theirs, the serving kind's simulate the serving
+one (which its null ``sim.policies.serving`` includes); the ``scenarios`` stage's settings list
+the machine ones among its heuristics; the live race offers the arrival one and names the
+others as not raceable; and ``git status`` shows the new files and no other change."""
 
 from __future__ import annotations
 
@@ -22,12 +24,14 @@ from tests.runs import outputs_in
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "adding-a-policy.md"
 # the doc's examples: kind -> name -> dispatch mode
-EXAMPLES = {"machine": {"shortest_queue": "arrival", "longest_wait_late": "late"}, "cluster": {"fastest": "arrival"}}
+EXAMPLES = {"machine": {"shortest_queue": "arrival", "longest_wait_late": "late", "eft_wspt": "ordered"},
+            "cluster": {"fastest": "arrival", "slowdown_queue": "queue"}, "serving": {"least_slack": "arrival"}}
 # what the stages import and read: the package (with its Hydra plugin), the config, the stage scripts
 COPIED = ("src", "conf", "stages", ".gitignore")
 CLUSTER_DATA = ROOT / "tests" / "cluster" / "data"  # the cluster fixture (tests/cluster/test_stages_e2e.py)
 
-# run in the scratch copy with its package first on the path: argv = out folder, cluster overrides (JSON)
+# run in the scratch copy with its package first on the path: argv = out folder, cluster overrides,
+# serving overrides and serving settings over the composed ones (JSON)
 PROBE = """
 import json, os, sys
 from pathlib import Path
@@ -47,14 +51,19 @@ params = yaml.safe_load(open(os.path.join(out, "params.yaml")))
 s = ScenarioSettings.from_dict(params["scenarios"], params["policies"]["machine"])
 specs = machine_section(compose([], conf_dir=conf))["policies"]
 with initialize_config_dir(config_dir=str(conf), version_base=None):
-    cfg = hydra_compose("config", overrides=json.loads(sys.argv[2]))
-run = Run(cfg=OmegaConf.to_container(cfg, resolve=True), policy="fastest")
-kind = get_kind(run.kind)
-kind.generate(run)
-table = kind.simulate(run)
+    cfg, serving = (OmegaConf.to_container(hydra_compose("config", overrides=json.loads(a)), resolve=True)
+                    for a in sys.argv[2:4])
+run = Run(cfg=cfg)
+get_kind("cluster").generate(run)
+table = get_kind("cluster").simulate(run)
+for key, value in json.loads(sys.argv[4]).items():
+    serving[key].update(value)
+names = Run(cfg=serving).policy_names()  # sim.policies.serving: null
+served = get_kind("serving").simulate(Run(cfg=serving, in_memory=True, policy="least_slack"))
 json.dump({"params": {k: list(v) for k, v in params["policies"].items()}, "heuristics": list(s.heuristics),
            "race": {n: why_not_raceable(n, spec) for n, spec in specs.items()},
-           "cluster": dict(zip(table.index, table["dispatch"]))}, open(os.path.join(out, "probe.json"), "w"))
+           "cluster": dict(zip(table.index, table["dispatch"])), "serving": names,
+           "served": served["slo_attainment"].to_dict()}, open(os.path.join(out, "probe.json"), "w"))
 """
 
 
@@ -95,15 +104,27 @@ def test_a_policy_of_each_mode_is_its_class_and_its_yaml(tmp_path):
     cluster = ["workload=alibaba_gpu_2023", f"workload.path={CLUSTER_DATA / 'pods.csv'}",
                f"workload.nodes.path={CLUSTER_DATA / 'nodes.csv'}", "workload.nodes.sample=null",
                "workload.time_compression=1.0", f"nodes.gavel_path={CLUSTER_DATA / 'gavel.json'}",
-               "tracking.enabled=false", *outputs_in(tmp_path / "cluster")]
-    _run(repo, env, "-c", PROBE, str(tmp_path), json.dumps(cluster))
+               "tracking.enabled=false", f"sim.policies.cluster=[{','.join(EXAMPLES['cluster'])}]",
+               *outputs_in(tmp_path / "cluster")]
+    # serving: a short stream on the published V100 table, the table as the predictor (no train_rf)
+    serving = ["workload=serving", "serving.latency_table=clockwork_v100", "serving.backends=[tvm]",
+               "serving.max_batch=16", "serving.load_sweep=[]", "serving.predictor.use=table",
+               "tracking.enabled=false", *outputs_in(tmp_path / "serving")]
+    workload = {"workload": {"n_train": 50, "n_test": 300, "slo": {"rule": "absolute_ms", "interactive": 100.0,
+                                                                   "batch": 1000.0},
+                             "mix": {"models": {"resnet50": 1.0}, "classes": {"interactive": 0.7, "batch": 0.3},
+                                     "backends": {"tvm": 1.0}, "precisions": {"fp32": 1.0}}}}
+    _run(repo, env, "-c", PROBE, str(tmp_path), json.dumps(cluster), json.dumps(serving), json.dumps(workload))
     probe = json.loads((tmp_path / "probe.json").read_text())
     for kind, examples in EXAMPLES.items():
         assert set(examples) <= set(probe["params"][kind]) and probe["params"][kind] == sorted(probe["params"][kind])
     assert set(EXAMPLES["machine"]) <= set(probe["heuristics"])
     assert probe["race"]["shortest_queue"] is None
-    assert "dispatches in late mode" in probe["race"]["longest_wait_late"]
+    for name, mode in EXAMPLES["machine"].items():
+        assert mode == "arrival" or f"dispatches in {mode} mode" in probe["race"][name], probe["race"][name]
     assert probe["cluster"] == EXAMPLES["cluster"]
+    assert probe["serving"] == probe["params"]["serving"]  # every serving policy, the new one too
+    assert list(probe["served"]) == ["least_slack"] and 0.0 < probe["served"]["least_slack"] <= 1.0
 
     # the machine ones through the stage scripts (@hydra.main composes them too)
     common = ["experiment=tiny", "tracking.enabled=false", "sim.bound_lp.enabled=false", *outputs_in(tmp_path / "run")]

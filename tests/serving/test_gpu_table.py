@@ -34,7 +34,7 @@ def test_clockwork_v100_table_end_to_end(tmp_path):
     summary = json.loads((m / "summary.json").read_text())
     assert summary["latency_table"] == "clockwork_v100" and summary["bound"]["latency_table"] == "clockwork_v100"
     table = results["evaluate"]
-    assert set(table.index) == set(cfg["sim"]["policies"]["serving"])
+    assert set(table.index) == set(cfg["policies"]["serving"])  # sim.policies.serving: null, every policy
     assert (table["slo_attainment"] <= summary["bound"]["slo_attainment"] + 1e-12).all()
     trace = pd.read_parquet(tmp_path / "data" / "traces" / "predictive.parquet")
     served = trace[~trace["dropped"]]

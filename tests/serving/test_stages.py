@@ -47,7 +47,7 @@ def test_every_stage_in_order(tiny, tmp_path, capsys):
         assert (m / f).exists(), f
     assert (tmp_path / "models" / "best_params.yaml").exists()
     table = results["evaluate"]
-    assert set(table.index) == set(tiny["sim"]["policies"]["serving"])
+    assert set(table.index) == set(tiny["policies"]["serving"])  # sim.policies.serving: null, every policy
     assert (table["slo_attainment_vs_bound"] <= 1.0 + 1e-9).all()
     head = json.loads((m / "headline.json").read_text())["headline"]  # the highest attainment wins, below the bound
     assert head["best"]["policy"] == table["slo_attainment"].idxmax() and head["best"]["vs_bound"] <= 1.0 + 1e-9

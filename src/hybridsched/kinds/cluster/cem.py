@@ -133,6 +133,7 @@ class CEMPolicy(ScoredEFT):
     """The train_cem stage's weights (``<model_dir>/theta.json``) in :class:`ScoredEFT`."""
 
     name = "cem"
+    role, trained_by = "learned", "train_cem"  # kinds.base.declaration
 
     def __init__(self, model_dir: str = "models/cem") -> None:
         super().__init__()
@@ -163,6 +164,7 @@ class EFTQueue(ScoredEFT):
     stage (``<model_dir>/model.json``, kinds/cluster/late_train.py), node weights 0."""
 
     name = "eft_queue"
+    role, trained_by = "learned", "train_late"  # kinds.base.declaration
 
     def __init__(self, model_dir: str = "models/late/eft_queue") -> None:
         super().__init__()

@@ -82,6 +82,7 @@ class NodeDQN(NodePolicy):
     """Greedy (or epsilon-greedy) in the Q-network's actions; learns when given a learner."""
 
     name = "dqn"
+    role, trained_by = "learned", "train_dqn"  # kinds.base.declaration
     # set by dqn_train while training
     forced_action: int | None = None  # calibration run: always this action
     epsilon_fn: Callable[[int], float] = staticmethod(lambda step: 0.0)

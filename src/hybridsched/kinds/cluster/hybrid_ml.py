@@ -14,6 +14,7 @@ class HybridML(EstimatePolicy):
     ``model_dir: null``, fitted on the training split by ``fit`` with the ``rf`` settings."""
 
     name = "hybrid_ml"
+    role, trained_by = "learned", "train_rf"  # kinds.base.declaration
 
     def __init__(self, model_dir: str | None = "models/rf", rf: dict | None = None) -> None:
         self.model_dir = model_dir

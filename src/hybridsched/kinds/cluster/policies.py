@@ -98,6 +98,7 @@ class RoundRobin(NodePolicy):
     """The next feasible node after the one used last, cycling through the node list."""
 
     name = "round_robin"
+    role = "baseline"  # kinds.base.declaration
 
     def prepare(self, inp, cluster) -> None:
         super().prepare(inp, cluster)
@@ -115,6 +116,7 @@ class Random(NodePolicy):
     within it (the paper's Random), else the best-fit GPUs."""
 
     name = "random"
+    role = "baseline"  # kinds.base.declaration
 
     def __init__(self, seed: int = 0, random_gpus: bool = False) -> None:
         self.seed = seed
@@ -321,6 +323,7 @@ class Oracle(EstimatePolicy):
     the queue runs the truly shortest task first."""
 
     name = "oracle"
+    role = "clairvoyant"  # kinds.base.declaration
 
     def prepare(self, inp, cluster) -> None:
         super().prepare(inp, cluster)

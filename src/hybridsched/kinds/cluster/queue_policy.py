@@ -79,6 +79,7 @@ class LearnedQueuePolicy(BacklogScoredEFT):
     (tested)."""
 
     name = "learned_queue"
+    role, trained_by = "learned", "train_late"  # kinds.base.declaration
     dispatch: ClassVar[str] = "queue"  # its own queue engine (evaluation.dispatch_mode)
 
     def __init__(self, weights: dict[str, float] | None = None, backfill: str = "greedy",

@@ -82,6 +82,7 @@ class CandidateScorer(ServingPolicy):
     """The learned per-candidate scorer (``theta``, or what train_cem wrote to ``model_dir``)."""
 
     name = "cem"
+    role, trained_by = "learned", "train_cem"  # kinds.base.declaration
     kernel = cem_choose
 
     def __init__(self, model_dir: str = "models/cem", theta: Any = None, drop: bool = True) -> None:

@@ -89,6 +89,7 @@ class DQNDispatcher(ServingPolicy):
     """The trained network as a policy (``model_dir``: what train_dqn wrote)."""
 
     name = "dqn"
+    role, trained_by = "learned", "train_dqn"  # kinds.base.declaration
     kernel = dqn_choose
 
     def __init__(self, model_dir: str = "models/dqn", epsilon: float = 0.0, seed: int = 0, q: Any = None,

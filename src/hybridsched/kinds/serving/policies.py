@@ -78,6 +78,7 @@ class FIFO(ServingPolicy):
     """First come, first served: the batch whose head arrived first."""
 
     name = "fifo"
+    role = "baseline"  # kinds.base.declaration
 
     def weights(self) -> dict[int, float]:
         return {E.HEAD_ARRIVAL: -1.0}
