@@ -341,6 +341,12 @@ CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
          'scenarios, before any work (`scenarios_late.roster`, from the policy classes\' `trained_by`)',
          "`scenarios.skip_trained_by: ['train_fr'] train(s) no policy of policies.machine; the learned policies' "
          "stages: ['train_cem', 'train_dqn', 'train_late']`"),
+        ('`train_late.pg_late.expert=rollout` (no such machine policy to imitate)',
+         'train_late, before any training (`kinds/machine/stages.train_late`)',
+         "`train_late.pg_late.expert: unknown machine policy 'rollout'`"),
+        ('`train_late.pg_late.imitate=1` with `expert=null`',
+         'train_late, before any training (`late_pg_train.LatePGSettings`)',
+         '`pg_late training: imitate=1 needs an expert (a rollout_late policy config)`'),
     ],
     'serving: latency tables and replay traces (tests/serving/test_bad_tables.py)': [
         ('a replay trace whose timestamps are all equal (replayed as a uniform stream at `workload.rate` without a word)',

@@ -1,6 +1,7 @@
 """The learned late dispatchers of the ``train_late`` stage: ``cem_late``, ``dqn_late`` and
-``pg_late``, each trained on the ``cem.machine`` mixture's training stream (never a test split
-or a held-out draw), selected on its selection stream and scored once on its validation stream.
+``pg_late`` (optionally started from an imitation of ``rollout_late``: ``imitate``), each
+trained on the ``cem.machine`` mixture's training stream (never a test split or a held-out
+draw), selected on its selection stream and scored once on its validation stream.
 
 Each trainer takes the stage's settings for it (``train_late.<policy>``) and the late heuristic
 it starts from (``train_late.base``, with its tuned weights), writes ``model.json`` and its report
@@ -53,8 +54,9 @@ def train_cem_late(cfg: dict[str, Any], base_spec: dict[str, Any], mix: MachineC
     return {"validation": valid.get("cem_late"), "curve": curve, "report": report}
 
 
-def _learner(module: str, settings_cls: str) -> Trainer:
-    """A trainer for a per-candidate network of ``late_dqn`` (``dqn_late``, ``pg_late``)."""
+def _learner(module: str, settings_cls: str, **named: str) -> Trainer:
+    """A trainer for a per-candidate network of ``late_dqn`` (``dqn_late``, ``pg_late``);
+    ``named``: extra keywords of the module's ``train``."""
 
     def train(cfg: dict[str, Any], base_spec: dict[str, Any], mix: MachineCEMSettings, cluster: Cluster,
               out: Path) -> dict[str, Any]:
@@ -67,7 +69,7 @@ def _learner(module: str, settings_cls: str) -> Trainer:
             base = with_base_charge(base_spec)
             values.update({f"b_{k}": base[k] for k in BASE_CHARGE})
         settings = _settings(mod.__dict__[settings_cls], values, f"train_late.{module}")
-        report = mod.train(settings, mix, cluster, out, log=lambda line: print(line, flush=True))  # writes its report
+        report = mod.train(settings, mix, cluster, out, log=lambda line: print(line, flush=True), **named)  # writes its report
         curve = [{"step": h["iteration"], "cost": h["selection"]} for h in report["history"]]
         return {"validation": report["validation_mean"], "curve": curve, "report": report}
 

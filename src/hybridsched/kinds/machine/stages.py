@@ -284,11 +284,17 @@ def train_late(run: Run) -> dict[str, Any]:
     if t["base"] not in specs:
         raise HybridschedError(f"train_late.base: unknown machine policy {t['base']!r}")
     base_spec = with_tuned(specs[t["base"]])
+    settings = {name: dict(t.get(name) or {}) for name in t["policies"]}
+    for name, values in settings.items():  # an imitated expert named by its policies.machine key
+        if "expert" in values:
+            if values["expert"] not in specs:
+                raise HybridschedError(f"train_late.{name}.expert: unknown machine policy {values['expert']!r}")
+            values["expert"] = with_tuned(specs[values["expert"]])
     mix, cluster = MachineCEMSettings.from_dict(run.cfg["cem"]["machine"]), _cluster(run)
     metrics: dict[str, Any] = {"base": t["base"], "policies": {}}
     curves = []
     with atomic_dir(Path(t["model_dir"])) as tmp:
-        jobs = {name: (train_one, name, dict(t.get(name) or {}), base_spec, mix, cluster, tmp / name) for name in t["policies"]}
+        jobs = {name: (train_one, name, settings[name], base_spec, mix, cluster, tmp / name) for name in t["policies"]}
         # each trainer is seeded and single-threaded: running them side by side changes no number
         for name, out in run_parallel(jobs, int(t.get("workers", 1))).items():
             metrics["policies"][name] = {"validation": out["validation"], **{k: v for k, v in out["report"].items()

@@ -63,21 +63,63 @@ def base_key(i, t, fin, ready, pdata, params):
 
 
 @njit
-def _rollout_pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):  # pragma: no cover - compiled
-    g = least_free_gpu(est)
-    s = load_scale(t, pool, n_pool, est, pdata, params[_BACKLOG])
-    b_cpu, b_gpu, launch = params[_B_CPU], params[_B_GPU], params[_LAUNCH]
-    step = params[_GRID0 + 1]
+def move_cost(t, k, f, g, cb, gb, fin, best, order, pool, n_pool, est, X, params, s, gfree):  # pragma: no cover - compiled
+    """The rollout's score of starting pool task ``k`` at GPU share ``f`` (its CPU and GPU
+    seconds ``cb``, ``gb`` and believed finish ``fin``, on GPU ``g``): its own ``finish - t`` and
+    charge, then the rest of the pool list-scheduled in the base's key ``order``, each by its
+    charged split on the believed free times.  Cut short once it reaches ``best`` (every term
+    is >= 0: the move cannot win any more); ``gfree`` is scratch space."""
+    b_cpu, b_gpu = params[_B_CPU], params[_B_GPU]
+    n_gpu = est.shape[0] - 1
+    score = fin - t + s * (b_cpu * (cb if f < 1.0 else 0.0) + b_gpu * (gb if f > 0.0 else 0.0))
+    cfree = est[0] + cb if f < 1.0 else est[0]
+    for q in range(n_gpu):
+        gfree[q] = est[q + 1]
+    if f > 0.0:
+        gfree[g] = est[g + 1] + gb
+    for o2 in range(n_pool):
+        if score >= best:
+            break
+        k2 = order[o2]
+        if k2 == k:
+            continue
+        i2 = pool[k2]
+        g2 = 0
+        for q in range(1, n_gpu):
+            if gfree[q] < gfree[g2]:
+                g2 = q
+        f2, fin2, c2, gb2 = split_charged(i2, t, cfree, gfree[g2], X, params, _GRID0, s, b_cpu, b_gpu)
+        score += fin2 - t + s * (b_cpu * c2 + b_gpu * (gb2 if f2 > 0.0 else 0.0))
+        if f2 < 1.0:
+            cfree += c2
+        if f2 > 0.0:
+            gfree[g2] += gb2
+    return score
+
+
+@njit
+def base_order(t, pool, n_pool, idle, est, g, X, ready, pdata, params, s):  # pragma: no cover - compiled
+    """The base's charged split of every waiting task, the device it would start on (-1: none
+    idle) and the pool in the base's key order (stable: ties in pool order, as the base)."""
     keys = np.empty(n_pool)
     split = np.empty(n_pool)
     start = np.empty(n_pool, dtype=np.int64)
-    for k in range(n_pool):  # the base's split and key of every waiting task
+    for k in range(n_pool):
         i = pool[k]
-        f, fin, _, gb = split_charged(i, t, est[0], est[g + 1], X, params, _GRID0, s, b_cpu, b_gpu)
+        f, fin, _, gb = split_charged(i, t, est[0], est[g + 1], X, params, _GRID0, s, params[_B_CPU], params[_B_GPU])
         split[k] = f
         keys[k] = base_key(i, t, fin, ready, pdata, params)
         start[k] = start_device(f, g, idle, t, est[0], gb, params[_SLACK])
-    order = np.argsort(keys, kind="mergesort")  # stable: ties in pool order, as the base
+    return split, start, np.argsort(keys, kind="mergesort")
+
+
+@njit
+def _rollout_pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):  # pragma: no cover - compiled
+    g = least_free_gpu(est)
+    s = load_scale(t, pool, n_pool, est, pdata, params[_BACKLOG])
+    launch = params[_LAUNCH]
+    step = params[_GRID0 + 1]
+    split, start, order = base_order(t, pool, n_pool, idle, est, g, X, ready, pdata, params, s)
     n_gpu = est.shape[0] - 1
     gfree = np.empty(n_gpu)
     best_k, best_d, best_f, best = -1, -1, 0.0, np.inf
@@ -100,29 +142,7 @@ def _rollout_pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):  #
             d = start_device(f, g, idle, t, est[0], gb, params[_SLACK])
             if d < 0:
                 continue
-            score = fin - t + s * (b_cpu * (cb if f < 1.0 else 0.0) + b_gpu * (gb if f > 0.0 else 0.0))
-            cfree = est[0] + cb if f < 1.0 else est[0]
-            for q in range(n_gpu):
-                gfree[q] = est[q + 1]
-            if f > 0.0:
-                gfree[g] = est[g + 1] + gb
-            for o2 in range(n_pool):  # the rest of the pool in the base's order, each by its split rule
-                if score >= best:  # every term is >= 0: this move cannot win any more
-                    break
-                k2 = order[o2]
-                if k2 == k:
-                    continue
-                i2 = pool[k2]
-                g2 = 0
-                for q in range(1, n_gpu):
-                    if gfree[q] < gfree[g2]:
-                        g2 = q
-                f2, fin2, c2, gb2 = split_charged(i2, t, cfree, gfree[g2], X, params, _GRID0, s, b_cpu, b_gpu)
-                score += fin2 - t + s * (b_cpu * c2 + b_gpu * (gb2 if f2 > 0.0 else 0.0))
-                if f2 < 1.0:
-                    cfree += c2
-                if f2 > 0.0:
-                    gfree[g2] += gb2
+            score = move_cost(t, k, f, g, cb, gb, fin, best, order, pool, n_pool, est, X, params, s, gfree)
             if score < best:
                 best, best_k, best_d, best_f = score, k, d, f
     return best_k, best_d, best_f, g
