@@ -34,13 +34,13 @@ def scenarios(run: Run) -> dict[str, Any]:
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     metrics = run_stage(scenarios, cfg, outputs=("metrics_dir",))
-    if "learned_within_ratio" in metrics:
-        per = ", ".join(f"{k} {v}" for k, v in metrics["learned_within_ratio_per_policy"].items())
-        print(f"scenarios: learned <= {metrics['learned_ratio']}x the best heuristic of its mode, scenarios of "
-              f"{metrics['n_scenarios']} per policy: {per}; best policy x LP: "
-              + ", ".join(f"{k} {v['best_policy_x_bound']:.2f}" for k, v in metrics["bound"].items())
-              + f"; {metrics['wall_s']} s")
-
+    if "policies" in metrics:
+        for name, v in metrics["policies"].items():
+            figs = "; ".join(f"{where} geomean {f['geomean']:.3f} worst {f['worst']:.3f} ({f['worst_at']})"
+                             for where, f in v.items() if where != "met")
+            print(f"scenarios: {name} ÷ best heuristic: {figs}")
+        print(f"scenarios: target {metrics['target']['what']}: "
+              f"{'met by ' + ', '.join(metrics['met_by']) if metrics['met_by'] else 'missed'}; {metrics['wall_s']} s")
 
 if __name__ == "__main__":
     check_group_options(sys.argv[1:])

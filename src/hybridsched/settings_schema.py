@@ -278,6 +278,14 @@ class OutDir(Text):
         check_output_dir(value, key)
 
 
+def trained_by(cfg: Config, stage: str) -> list[str]:
+    """The machine policies whose class declares ``trained_by = stage`` (``kinds.base.declaration``)."""
+    from hybridsched.kinds.base import declaration
+
+    specs = (cfg.get("policies") or {}).get("machine") or {}
+    return [n for n, spec in specs.items() if isinstance(spec, dict) and declaration(spec).trained_by == stage]
+
+
 @dataclass(frozen=True)
 class Names:
     """A list of names, each one of ``known(cfg)`` (None: any string); ``null`` allows None."""
@@ -503,7 +511,7 @@ SCHEMA: dict[str, Rule] = {
     "sim.bound_lp.piece_cuts": Num(ge=0, le=8, integer=True),
     "sim.policies.machine": Names(_policies("machine"), "machine policy name", null=True),
     "sim.policies.cluster": Names(_policies("cluster"), "cluster policy name", null=True),
-    "sim.policies.serving": Names(_policies("serving"), "serving policy name"),
+    "sim.policies.serving": Names(_policies("serving"), "serving policy name", null=True),
     # rf
     "rf.model": Choice(("random_forest", "xgboost")),
     "rf.model_dir": OUT_DIR,
@@ -606,7 +614,8 @@ SCHEMA: dict[str, Rule] = {
     # train_late (machine kind; kinds/machine/late_train.py): a trainer's own settings are checked
     # by its settings class when the stage runs
     "train_late.model_dir": OUT_DIR,
-    "train_late.policies": Names(lambda cfg: ["cem_late", "dqn_late", "pg_late"], "learned late policy"),
+    "train_late.policies": Names(lambda cfg: trained_by(cfg, "train_late"), "learned late policy"),
+    "train_late.*.expert": Text(),   # a policies.machine name (the stage checks it)
     "train_late.base": Text(),
     "train_late.workers": POS_INT,
     "train_late.*.seed": SEED,
@@ -685,9 +694,9 @@ SCHEMA: dict[str, Rule] = {
     "scenarios.lp.delta": Num(gt=0, null=True),
     "scenarios.lp.max_levels": POS_INT,
     "scenarios.lp.piece_cuts": Num(ge=0, le=8, integer=True),
-    "scenarios.targets.learned_ratio": POS,
-    "scenarios.targets.learned_scenarios": NONNEG_INT,
-    "scenarios.targets.bound.*": POS,
+    "scenarios.split": Choice(("test", "train")),
+    "scenarios.targets.geomean": POS,
+    "scenarios.targets.worst": POS,
     # nodes (cluster kind)
     "nodes.gavel_path": PATH,
     "nodes.reference_model": Text(),
@@ -815,7 +824,7 @@ SCHEMA: dict[str, Rule] = {
     "policies.machine.hybrid_ml*.ridge_alpha": NONNEG,
     "policies.machine.hybrid_ml*.ridge_update": Choice(("incremental", "refit")),
     "policies.machine.hybrid_ml*.window": POS_INT,
-    "policies.cluster.learned_queue.backfill": Choice(("easy", "greedy", "none")),
+    "policies.cluster.*.backfill": Choice(("easy", "greedy", "none")),  # a queue-mode policy's (queue_engine.BACKFILL)
     "policies.cluster.fgd.coverage": FRACTION,
     "policies.cluster.random.random_gpus": FLAG,
     "policies.serving.*.online_alpha": UNIT,
