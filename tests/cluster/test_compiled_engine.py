@@ -28,9 +28,16 @@ ALIBABA = TRACES / "alibaba-gpu-v2023"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"
 needs_traces = pytest.mark.skipif(not (ALIBABA.is_dir() and GAVEL.is_file()), reason="shared traces not present")
 
+class KeptEFT(P.EarliestFinishTime):
+    """A subclass that keeps what EFT's compiled choice reproduces: it runs compiled too."""
+
+    name = "kept_eft"
+
+
 COMPILED = {"first_fit": P.NodePolicy, "round_robin": P.RoundRobin, "greedy": P.Greedy, "best_fit": P.BestFit,
             "eft": P.EarliestFinishTime, "oracle": P.Oracle, "random": P.Random,
-            "fgd": P.FragmentationGradientDescent, "fgd_typical": lambda: P.FragmentationGradientDescent(0.95)}
+            "fgd": P.FragmentationGradientDescent, "fgd_typical": lambda: P.FragmentationGradientDescent(0.95),
+            "kept_eft": KeptEFT}
 
 
 def _same_trace(train, inp, cluster, name):
@@ -103,12 +110,23 @@ def test_compiled_trace_equals_python_trace_on_random_clusters(nodes, tasks, nam
     _same_trace(pods, run_inputs(pods, cluster), cluster, name)
 
 
-def test_a_subclass_takes_the_python_loop():
-    class Mine(P.BestFit):
-        name = "mine"
+def test_a_subclass_that_changes_the_choice_takes_the_python_loop():
+    """A policy's ``kernel()`` holds only while its class keeps the methods the compiled choice
+    reproduces (``policies.keeps``): overriding one of them, in any class, means the Python loop."""
+    class WorstFit(P.BestFit):
+        name = "worst_fit"
 
-    assert kernel_for(Mine()) is None
-    assert kernel_for(P.Random(random_gpus=True)) is None  # random GPUs: drawn by numpy in the Python loop
+        def score(self, i, nodes, state):
+            return -self.left_after(i, nodes, state)
+
+    class OwnTies(P.EarliestFinishTime):
+        name = "own_ties"
+
+        def left_after(self, i, nodes, state):
+            return np.zeros(len(nodes))
+
+    for pol in (WorstFit(), OwnTies(), P.Random(random_gpus=True)):  # random GPUs: drawn by numpy
+        assert kernel_for(pol) is None, pol.name
 
 
 @needs_traces

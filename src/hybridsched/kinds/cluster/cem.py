@@ -46,7 +46,7 @@ from numba import njit
 from hybridsched.errors import HybridschedError
 from hybridsched.kinds.cluster.fragmentation import _fgd_from_stats, _node_stats, gpu_task_mix
 from hybridsched.kinds.cluster.kernels import ALL, Kernel, _left_after
-from hybridsched.kinds.cluster.policies import EarliestFinishTime
+from hybridsched.kinds.cluster.policies import EarliestFinishTime, keeps
 from hybridsched.kinds.cluster.trace import MILLI, PodTable
 
 NODE_FEATURES = ("slow_long", "gpu_left", "cpu_left", "frag", "rank", "idle", "cpu_on_gpu")
@@ -123,8 +123,8 @@ class ScoredEFT(EarliestFinishTime):
         return (np.ascontiguousarray(self.table), tk, tp, tw, self.params)
 
     def kernel(self) -> Kernel | None:
-        """The compiled choice for ``kernel_choice.kernel_for``; None if a subclass overrides ``choose``."""
-        if type(self).choose is not ScoredEFT.choose:
+        """The compiled choice (``policies.NodePolicy.kernel``); None if a subclass overrides ``choose``."""
+        if not keeps(self, ScoredEFT, ("choose", "gpus")):
             return None
         return Kernel(_choose_scored, ALL, self._kernel_data(), np.zeros(1, dtype=np.int64))
 

@@ -82,8 +82,8 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
     """Run ``policy`` (see ``policies.py``) on the tasks; every task must fit some node of
     an empty cluster (``fits_any_node``), else it could wait forever and this raises.
 
-    With ``compiled`` (and no ``max_events``), a policy whose exact class has a choice kernel
-    (``kernel_choice.kernel_for``) runs in the compiled loop of ``kernels.py``, with the same trace;
+    With ``compiled`` (and no ``max_events``), a policy whose ``kernel()`` gives a compiled choice
+    (``policies.NodePolicy.kernel``) runs in the compiled loop of ``kernels.py``, with the same trace;
     any other policy, or ``compiled=False``, runs the Python loop below."""
     n = len(inp)
     fits_any = fits_any_node(inp, cluster)

@@ -1,9 +1,9 @@
-"""Which policies run in the compiled loop of ``kernels.py``, and with what data.
+"""The compiled choices of the cluster policies (``kernels.py``, ``class_index.py``) and their data.
 
-:func:`kernel_for` maps a prepared policy to its :class:`kernels.Kernel` (choice kernel, search
-mode, data).  It sits above ``kernels``, ``class_index`` and ``policies`` so that none of them
-imports another back: ``class_index`` builds on ``kernels``' choice kernels, and this module picks
-between the two.
+Each policy class names its compiled choice in its own ``kernel()`` method (``policies.py``),
+which builds it with a function here; :func:`kernel_for` asks the policy.  This module sits
+above ``kernels``, ``class_index`` and ``policies`` so that none of them imports another back
+(the policies import it inside their ``kernel()`` methods).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from hybridsched.kinds.cluster import class_index as CI
-from hybridsched.kinds.cluster import policies as P
 from hybridsched.kinds.cluster.kernels import (
     ALL,
     FIRST,
@@ -32,59 +31,72 @@ CLASS_INDEX = True  # best_fit, random, eft, oracle and fgd use ``class_index`` 
 
 
 def kernel_for(policy) -> Kernel | None:
-    """The compiled form of a policy whose exact class has one, else None.  Call after
-    ``policy.prepare``: the data are read from the prepared policy.  A policy may supply its
-    own: a ``kernel()`` method returning a :class:`Kernel` (or None)."""
-    ints = np.zeros(1, dtype=np.int64)
-    none = (np.zeros(0),)
-    cls = type(policy)
-    if cls is P.NodePolicy:
-        return Kernel(_choose_first, FIRST, none, ints)
-    if cls is P.RoundRobin:
-        return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints)
-    if cls is P.Greedy:
-        return Kernel(_choose_greedy, LEAST_LOADED, none, ints)
-    if CLASS_INDEX and cls in (P.BestFit, P.Random, P.EarliestFinishTime, P.Oracle, P.FragmentationGradientDescent):
-        ix = _indexed(policy)
-        if ix is not None:
-            return ix
-    if cls is P.BestFit:
-        return Kernel(_choose_best_fit, ALL, none, ints)
-    if cls is P.Random and not policy.random_gpus:
-        return Kernel(_choose_random, ALL, (policy.rng,), ints)
-    if cls in (P.EarliestFinishTime, P.Oracle):
-        return Kernel(_choose_table, ALL, (_table(policy),), ints)
-    if cls is P.FragmentationGradientDescent:
-        return Kernel(_choose_fgd, ALL, _fgd_data(policy), ints)
-    own = getattr(cls, "kernel", None)  # a policy's own compiled choice (e.g. cem.ScoredEFT)
-    return own(policy) if own is not None else None
+    """The compiled form of a prepared policy (its ``kernel()``), or None: the Python loop runs
+    it.  Call after ``policy.prepare``: the data are read from the prepared policy."""
+    own = getattr(policy, "kernel", None)
+    return own() if own is not None else None
 
 
-def _table(policy) -> np.ndarray:
-    """EFT's and the oracle's per-(task, GPU model) first key: estimated or true run time."""
-    if type(policy) is P.Oracle:
-        table = policy.inp.run_time
-    else:  # estimate[i] / speed[model]; CPU-only tasks: 0 everywhere (policies.EstimatePolicy.choose)
-        speed = policy.cluster.model_speed()
-        table = np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
-    return np.ascontiguousarray(table, dtype=np.float64)
+def _ints() -> np.ndarray:
+    """The loop's per-run integer state (written by the loop: a fresh array per run)."""
+    return np.zeros(1, dtype=np.int64)
 
 
-def _indexed(policy) -> Kernel | None:
-    """The per-demand-class feasibility index form (``class_index.py``) of best_fit, random
-    (without ``random_gpus``), eft, oracle and fgd."""
-    ints = np.zeros(1, dtype=np.int64)
-    cls = type(policy)
-    if cls is P.Random and policy.random_gpus:
-        return None
-    inp, cluster = policy.inp, policy.cluster
-    if cls is P.BestFit:
-        return Kernel(CI.choose_best_fit, INDEXED, (np.zeros(0), CI.build(inp, cluster)), ints)
-    if cls is P.Random:
-        return Kernel(CI.choose_random, INDEXED, (policy.rng, CI.build(inp, cluster, counted=True)), ints)
-    if cls in (P.EarliestFinishTime, P.Oracle):
-        return Kernel(CI.choose_table, INDEXED, (_table(policy), CI.build(inp, cluster, "model")), ints)
-    return Kernel(CI.choose_fgd, INDEXED, _fgd_data(policy) + (CI.build(inp, cluster, pinned_gpu=True),), ints)
+_NONE = (np.zeros(0),)
+
+
+def first_kernel(policy) -> Kernel:
+    """The first feasible node (``NodePolicy``)."""
+    return Kernel(_choose_first, FIRST, _NONE, _ints())
+
+
+def round_robin_kernel(policy) -> Kernel:
+    """The next feasible node after the one used last (``RoundRobin``)."""
+    ints = _ints()  # the next-node pointer: the choice's data and the loop's state are one array
+    return Kernel(_choose_round_robin, NEXT_FROM, (ints,), ints)
+
+
+def greedy_kernel(policy) -> Kernel:
+    """The least-loaded feasible node (``Greedy``)."""
+    return Kernel(_choose_greedy, LEAST_LOADED, _NONE, _ints())
+
+
+def best_fit_kernel(policy) -> Kernel:
+    """Best fit (``BestFit``): the class index's form, or the scan."""
+    if CLASS_INDEX:
+        return Kernel(CI.choose_best_fit, INDEXED, (np.zeros(0), CI.build(policy.inp, policy.cluster)), _ints())
+    return Kernel(_choose_best_fit, ALL, _NONE, _ints())
+
+
+def random_kernel(policy) -> Kernel:
+    """A seeded uniform feasible node with best-fit GPUs (``Random`` without ``random_gpus``)."""
+    if CLASS_INDEX:
+        return Kernel(CI.choose_random, INDEXED, (policy.rng, CI.build(policy.inp, policy.cluster, counted=True)), _ints())
+    return Kernel(_choose_random, ALL, (policy.rng,), _ints())
+
+
+def table_kernel(policy, table: np.ndarray) -> Kernel:
+    """The node of least first key ``table[task, GPU model]``, ties best fit
+    (``EarliestFinishTime``: estimated run times; ``Oracle``: true ones)."""
+    table = np.ascontiguousarray(table, dtype=np.float64)
+    if CLASS_INDEX:
+        return Kernel(CI.choose_table, INDEXED, (table, CI.build(policy.inp, policy.cluster, "model")), _ints())
+    return Kernel(_choose_table, ALL, (table,), _ints())
+
+
+def fgd_kernel(policy) -> Kernel:
+    """FGD's least fragmentation increase (``FragmentationGradientDescent``)."""
+    if CLASS_INDEX:
+        return Kernel(CI.choose_fgd, INDEXED, _fgd_data(policy) + (CI.build(policy.inp, policy.cluster, pinned_gpu=True),),
+                      _ints())
+    return Kernel(_choose_fgd, ALL, _fgd_data(policy), _ints())
+
+
+def estimate_table(policy) -> np.ndarray:
+    """EFT's per-(task, GPU model) first key: ``estimate[i] / speed[model]``; CPU-only tasks 0
+    everywhere (``policies.EstimatePolicy.choose``)."""
+    speed = policy.cluster.model_speed()
+    return np.where(policy.inp.k[:, None] > 0, policy.estimate[:, None] / speed[None, :], 0.0)
 
 
 FGD_MEMO_ENTRIES = 20_000_000  # memoised (shape, node) scores at most (3 arrays of this many entries)

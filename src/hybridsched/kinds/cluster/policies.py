@@ -30,6 +30,8 @@ since every feasible node starts the task now and the node choice only sets its 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from hybridsched.kinds.cluster.state import ClusterState
@@ -37,9 +39,20 @@ from hybridsched.kinds.cluster.fragmentation import FragCache, TaskMix, gpu_task
 from hybridsched.kinds.cluster.nodes import NodeCluster, RunInputs, pod_class
 from hybridsched.kinds.cluster.trace import MILLI, PodTable
 
+if TYPE_CHECKING:
+    from hybridsched.kinds.cluster.kernels import Kernel
+
+_TIES = ("choose", "score", "gpus", "left_after")  # what a compiled choice with best-fit ties reproduces
+
 # DotProd's normalisation: the largest node of the trace (128 cores, 8 GPUs)
 DOT_CPU_MILLI = 128_000.0
 DOT_GPU_MILLI = 8_000.0
+
+
+def keeps(policy: NodePolicy, cls: type, methods: tuple[str, ...] = ("choose", "score", "gpus")) -> bool:
+    """Whether ``policy``'s class still runs ``cls``'s ``methods``: a compiled choice reproduces
+    exactly those, so a subclass that overrides one runs in the Python loop instead."""
+    return all(getattr(type(policy), m) is getattr(cls, m) for m in methods)
 
 
 class NodePolicy:
@@ -74,6 +87,13 @@ class NodePolicy:
 
     def gpus(self, i: int, node: int, state: ClusterState) -> np.ndarray | None:
         return None
+
+    def kernel(self) -> Kernel | None:
+        """The compiled form of this policy's choice (``kernel_choice``; the engine runs the
+        compiled loop with it), None for the Python loop.  Called after ``prepare``."""
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.first_kernel(self) if keeps(self, NodePolicy) else None
 
     def finish(self, state: ClusterState) -> None:
         """End of a run (learning policies close their last transition here)."""
@@ -110,6 +130,11 @@ class RoundRobin(NodePolicy):
         self._next = int(nodes[pos]) + 1
         return pos
 
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.round_robin_kernel(self) if keeps(self, RoundRobin, ("choose", "score", "gpus", "prepare")) else None
+
 
 class Random(NodePolicy):
     """A uniformly random feasible node (seeded); with ``random_gpus`` also random fitting GPUs
@@ -130,6 +155,11 @@ class Random(NodePolicy):
             return None
         return random_gpus(state.gpu_free[node], int(self.inp.k[i]), self.inp.p[i], self.rng)
 
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.random_kernel(self) if keeps(self, Random) and not self.random_gpus else None
+
 
 class Greedy(NodePolicy):
     """Least-loaded feasible node: most free GPU share for GPU tasks, most free CPU share for
@@ -143,6 +173,11 @@ class Greedy(NodePolicy):
             return 1.0 - np.clip(state.gpu_free[nodes], 0, None).sum(axis=1) / cap
         return 1.0 - state.cpu_free[nodes] / self.cluster.nodes.cpu_milli[nodes]
 
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.greedy_kernel(self) if keeps(self, Greedy) else None
+
 
 class BestFit(NodePolicy):
     """Packing, GPU first: the feasible node (and GPUs) left with the least free GPU milli
@@ -152,6 +187,11 @@ class BestFit(NodePolicy):
 
     def score(self, i, nodes, state) -> np.ndarray:
         return self.left_after(i, nodes, state)
+
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.best_fit_kernel(self) if keeps(self, BestFit, _TIES) else None
 
 
 class BestFitNormalized(NodePolicy):
@@ -263,6 +303,11 @@ class FragmentationGradientDescent(NodePolicy):
     def choose(self, i, nodes, state) -> int:
         return _first_min(self.score(i, nodes, state), self.left_after(i, nodes, state))
 
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.fgd_kernel(self) if keeps(self, FragmentationGradientDescent, _TIES) else None
+
     def gpus(self, i, node, state):
         nodes, gpu = self._cand
         g = int(gpu[np.searchsorted(nodes, node)])
@@ -317,6 +362,11 @@ class EarliestFinishTime(EstimatePolicy):
         self.estimate = np.array([self._by_class.get((q, k), self._by_qos.get(q, self._overall))
                                   for q, k in zip(t.qos, t.num_gpu, strict=True)], dtype=np.float64)
 
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.table_kernel(self, K.estimate_table(self)) if keeps(self, EarliestFinishTime, _TIES) else None
+
 
 class Oracle(EstimatePolicy):
     """Clairvoyant: true run times, and per task the node whose model runs its job type fastest;
@@ -332,4 +382,9 @@ class Oracle(EstimatePolicy):
     def choose(self, i, nodes, state) -> int:
         finish = self.inp.run_time[i, self.cluster.node_model[nodes]]
         return _first_min(finish, self.left_after(i, nodes, state))
+
+    def kernel(self) -> Kernel | None:
+        from hybridsched.kinds.cluster import kernel_choice as K
+
+        return K.table_kernel(self, self.inp.run_time) if keeps(self, Oracle, _TIES) else None
 

@@ -117,7 +117,7 @@ def base_order(t, pool, n_pool, idle, est, g, X, ready, pdata, params, s):  # pr
 def _rollout_pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):  # pragma: no cover - compiled
     g = least_free_gpu(est)
     s = load_scale(t, pool, n_pool, est, pdata, params[_BACKLOG])
-    launch = params[_LAUNCH]
+    b_cpu, b_gpu, launch = params[_B_CPU], params[_B_GPU], params[_LAUNCH]
     step = params[_GRID0 + 1]
     split, start, order = base_order(t, pool, n_pool, idle, est, g, X, ready, pdata, params, s)
     n_gpu = est.shape[0] - 1
@@ -142,7 +142,31 @@ def _rollout_pick(t, pool, n_pool, idle, est, qlen, X, ready, pdata, params):  #
             d = start_device(f, g, idle, t, est[0], gb, params[_SLACK])
             if d < 0:
                 continue
-            score = move_cost(t, k, f, g, cb, gb, fin, best, order, pool, n_pool, est, X, params, s, gfree)
+            # move_cost's arithmetic written out: a call per move costs the rollout 30 % of its
+            # speed (tests/machine/test_late_imitation.py holds the two to the same choice)
+            score = fin - t + s * (b_cpu * (cb if f < 1.0 else 0.0) + b_gpu * (gb if f > 0.0 else 0.0))
+            cfree = est[0] + cb if f < 1.0 else est[0]
+            for q in range(n_gpu):
+                gfree[q] = est[q + 1]
+            if f > 0.0:
+                gfree[g] = est[g + 1] + gb
+            for o2 in range(n_pool):  # the rest of the pool in the base's order, each by its split rule
+                if score >= best:  # every term is >= 0: this move cannot win any more
+                    break
+                k2 = order[o2]
+                if k2 == k:
+                    continue
+                i2 = pool[k2]
+                g2 = 0
+                for q in range(1, n_gpu):
+                    if gfree[q] < gfree[g2]:
+                        g2 = q
+                f2, fin2, c2, gb2 = split_charged(i2, t, cfree, gfree[g2], X, params, _GRID0, s, b_cpu, b_gpu)
+                score += fin2 - t + s * (b_cpu * c2 + b_gpu * (gb2 if f2 > 0.0 else 0.0))
+                if f2 < 1.0:
+                    cfree += c2
+                if f2 > 0.0:
+                    gfree[g2] += gb2
             if score < best:
                 best, best_k, best_d, best_f = score, k, d, f
     return best_k, best_d, best_f, g
