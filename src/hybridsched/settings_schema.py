@@ -278,12 +278,11 @@ class OutDir(Text):
         check_output_dir(value, key)
 
 
-def trained_by(cfg: Config, stage: str) -> list[str]:
-    """The machine policies whose class declares ``trained_by = stage`` (``kinds.base.declaration``)."""
-    from hybridsched.kinds.base import declaration
-
-    specs = (cfg.get("policies") or {}).get("machine") or {}
-    return [n for n, spec in specs.items() if isinstance(spec, dict) and declaration(spec).trained_by == stage]
+def _train_late_names(cfg: Config) -> list[str]:
+    """The machine policies with a settings block in ``train_late`` (the policies that stage can
+    train; read from the config, so the check imports no policy class)."""
+    late = cfg.get("train_late") or {}
+    return [n for n in (cfg.get("policies") or {}).get("machine") or {} if isinstance(late.get(n), dict)]
 
 
 @dataclass(frozen=True)
@@ -614,7 +613,7 @@ SCHEMA: dict[str, Rule] = {
     # train_late (machine kind; kinds/machine/late_train.py): a trainer's own settings are checked
     # by its settings class when the stage runs
     "train_late.model_dir": OUT_DIR,
-    "train_late.policies": Names(lambda cfg: trained_by(cfg, "train_late"), "learned late policy"),
+    "train_late.policies": Names(_train_late_names, "learned late policy"),
     "train_late.*.expert": Text(),   # a policies.machine name (the stage checks it)
     "train_late.base": Text(),
     "train_late.workers": POS_INT,
