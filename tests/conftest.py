@@ -88,3 +88,15 @@ def workspace_not_read(workspace_untouched):
     _READS_OFF_LIMITS["on"] = True
     yield
     _READS_OFF_LIMITS["on"] = False
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium through Playwright, for the real-browser tests (skipped without it)."""
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("Chromium is not installed (Debian package chromium; `make system-deps`)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--headless", "--disable-gpu"])
+        yield b
+        b.close()

@@ -31,23 +31,11 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 BIN = Path(sys.executable).parent  # the venv's mlflow and dvc
 GIT_USER = ["-c", "user.name=t", "-c", "user.email=t@t"]
 # the machine kind's plots that `dvc plots diff` draws from tables committed with the metrics
 PLOTS = ("latency_quantiles", "utilisation", "energy")
 START_DIR = Path.cwd()  # where pytest was started: a relative HYBRIDSCHED_SCREENSHOT is from there
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Chromium is not installed (Debian package chromium; `make system-deps`)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--headless", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def _copy_for_docs(png: Path) -> None:

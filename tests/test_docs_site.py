@@ -101,18 +101,6 @@ def test_the_search_index_finds_settings_policies_and_endpoints(site: Path) -> N
     assert not missing, f"not in the search index: {missing}"
 
 
-@pytest.fixture(scope="module")
-def browser():
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("Chromium is not installed (Debian package chromium; `make system-deps`)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--headless", "--disable-gpu"])
-        yield b
-        b.close()
-
-
 def _free_port() -> int:
     import socket
 

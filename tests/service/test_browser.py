@@ -11,24 +11,11 @@ import shutil
 from pathlib import Path
 
 import httpx
-import pytest
 
 from hybridsched.service.app import create_app
 
-CHROMIUM = "/usr/bin/chromium"
 POLICIES = ["round_robin", "greedy", "eft", "hybrid_ml", "dqn", "dqn_online"]
 CHARTS = ["chart-race", "chart-cdf", "chart-util", "chart-retrain", "chart-heat", "chart-winloss", "chart-gantt"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Chromium is not installed (Debian package chromium; `make system-deps`)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--headless", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def test_dashboard_draws_every_chart_and_pause_works(browser, learned_settings, thread_server, tmp_path):
