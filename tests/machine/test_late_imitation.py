@@ -57,7 +57,7 @@ def _imitated(tmp_path, **over):
     s = LatePGSettings(**{**dict(iterations=1, episodes=1, rollouts=2, tasks=60, hidden=3, selection_draws=1,
                                  validation_draws=0, c_option=1, reserved_order="rank", imitate=2, imitate_episodes=1,
                                  imitate_steps=5, expert=EXPERT), **over})
-    return train(s, MachineCEMSettings(tasks=60), Cluster(n_gpus=2), tmp_path, log=lambda *_: None, name="pg_late")
+    return train(s, MachineCEMSettings(tasks=60), Cluster(n_gpus=2), tmp_path, log=lambda *_: None)
 
 
 def test_an_imitation_start_is_seeded_and_reported(tmp_path):

@@ -43,8 +43,7 @@ from hybridsched.kinds.machine.late_dqn_train import _net, _weights_of, determin
 from hybridsched.kinds.machine.policies.base import fraction_grid
 from hybridsched.kinds.machine.policies.late_dqn import MODEL_FILE, N_FEAT, OPTION_B
 
-REPORT_FILE = "train_pg_late.json"  # the report of the pipeline's pg_late (train(..., name="pg_late"))
-
+REPORT_FILE = "train_pg_late.json"
 
 
 @dataclass(frozen=True)
@@ -81,8 +80,8 @@ class LatePGSettings:
     # when not fifo
     reserved_order: str = "fifo"
     # a warm start by imitation (late_imitation.dagger) of ``expert``, a rollout_late policy
-    # config (its tuned values in), before the policy gradient: DAgger iterations (0: none), draws per iteration, Adam
-    # steps per iteration
+    # config with its tuned values, before the policy gradient: DAgger iterations (0: none),
+    # draws per iteration, Adam steps per iteration
     imitate: int = 0
     imitate_episodes: int = 4
     imitate_steps: int = 200
@@ -171,9 +170,9 @@ def _load_init(path: str, hidden: int) -> np.ndarray | None:
 
 
 def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, out_dir: Path,
-          log=print, name: str = "pg_late") -> dict[str, Any]:
+          log=print) -> dict[str, Any]:
     """Train, select and validate (module docstring); writes ``out_dir/model.json`` and
-    ``out_dir/train_<name>.json``; returns the latter's content.  With ``settings.imitate``, the
+    ``out_dir/train_pg_late.json``; returns the latter's content.  With ``settings.imitate``, the
     network first imitates ``settings.expert`` (:func:`late_imitation.dagger`); iteration 0 is
     then the imitated network."""
     import torch
@@ -197,7 +196,7 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
 
         imitation = dagger(net, ImitationSettings(iterations=s.imitate, episodes=s.imitate_episodes, steps=s.imitate_steps),
                            s.seed, mix, cluster, instantiate(s.expert), s.hidden, grid, s.option_b(),
-                           s.option_c(), s.queue_slack, s.reserved_order, log=lambda line: log(f"{name} {line}"))
+                           s.option_c(), s.queue_slack, s.reserved_order, log=lambda line: log(f"pg_late {line}"))
     opt = torch.optim.Adam(net.parameters(), lr=s.lr)
     rng = np.random.default_rng([s.seed, 11])
     eval_mix = MachineCEMSettings(**{**asdict(mix), "tasks": 2000})
@@ -220,7 +219,7 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
     best = (float(np.mean(sel)), 0, model_now())
     history.append({"iteration": 0, "selection": float(np.mean(sel)), "selection_per_draw": np.round(sel, 4).tolist()})
     start = "imitation of the expert" if s.imitate else ("init " + s.init if s.init else "prior = eft_late_plain")
-    log(f"{name} iteration 0 ({start}): selection {np.mean(sel):.4f}")
+    log(f"pg_late iteration 0 ({start}): selection {np.mean(sel):.4f}")
     for it in range(1, s.iterations + 1):
         w = _weights_of(net)
         feats_all: list[np.ndarray] = []
@@ -272,7 +271,7 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
         history.append({"iteration": it, "selection": float(np.mean(sel)),
                         "selection_per_draw": np.round(sel, 4).tolist(), "train_mean_latency": lat,
                         "decisions": n_dec, "candidates": int(sizes.sum())})
-        log(f"{name} iteration {it}: {n_dec} decisions, selection {np.mean(sel):.4f} {np.round(sel, 3).tolist()}")
+        log(f"pg_late iteration {it}: {n_dec} decisions, selection {np.mean(sel):.4f} {np.round(sel, 3).tolist()}")
         if float(np.mean(sel)) < best[0]:
             best = (float(np.mean(sel)), it, model_now())
     model = best[2]
@@ -286,9 +285,9 @@ def train(settings: LatePGSettings, mix: MachineCEMSettings, cluster: Cluster, o
               "validation_mean": float(np.mean(valid)) if valid else None,
               "validation_per_draw": np.round(valid, 3).tolist(), "history": history,
               **({"imitation": imitation} if imitation else {})}
-    log(f"{name}: iteration {best[1]} selected ({best[0]:.4f}); validation vs eft_late_plain "
+    log(f"pg_late: iteration {best[1]} selected ({best[0]:.4f}); validation vs eft_late_plain "
         f"{report['validation_mean']}")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / MODEL_FILE, model)
-    write_json(out_dir / f"train_{name}.json", report)
+    write_json(out_dir / REPORT_FILE, report)
     return report

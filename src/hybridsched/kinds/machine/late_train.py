@@ -54,9 +54,8 @@ def train_cem_late(cfg: dict[str, Any], base_spec: dict[str, Any], mix: MachineC
     return {"validation": valid.get("cem_late"), "curve": curve, "report": report}
 
 
-def _learner(module: str, settings_cls: str, **named: str) -> Trainer:
-    """A trainer for a per-candidate network of ``late_dqn`` (``dqn_late``, ``pg_late``);
-    ``named``: extra keywords of the module's ``train``."""
+def _learner(module: str, settings_cls: str) -> Trainer:
+    """A trainer for a per-candidate network of ``late_dqn`` (``dqn_late``, ``pg_late``)."""
 
     def train(cfg: dict[str, Any], base_spec: dict[str, Any], mix: MachineCEMSettings, cluster: Cluster,
               out: Path) -> dict[str, Any]:
@@ -69,7 +68,7 @@ def _learner(module: str, settings_cls: str, **named: str) -> Trainer:
             base = with_base_charge(base_spec)
             values.update({f"b_{k}": base[k] for k in BASE_CHARGE})
         settings = _settings(mod.__dict__[settings_cls], values, f"train_late.{module}")
-        report = mod.train(settings, mix, cluster, out, log=lambda line: print(line, flush=True), **named)  # writes its report
+        report = mod.train(settings, mix, cluster, out, log=lambda line: print(line, flush=True))  # writes its report
         curve = [{"step": h["iteration"], "cost": h["selection"]} for h in report["history"]]
         return {"validation": report["validation_mean"], "curve": curve, "report": report}
 
