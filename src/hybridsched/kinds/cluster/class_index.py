@@ -14,9 +14,9 @@ four float64 (key1, key2, node, leaf's fit), so two siblings share a cache line;
 keep no count, so a path update stops at the first entry whose least key did not change;
 random's counts are int32, eight to a record's 32 bytes.
 
-The answer is the plain scan's, to the bit: the leaf keys are computed by the same expressions
-as the scanning kernels, and the scan keeps the first node (lowest index) of the least
-``(key1, key2)``, which is the lexicographic minimum of ``(key1, key2, node)``.
+The answer is the plain scan's, to the bit: a leaf's key is the scan's own key function
+(``kernels.key_*``), and the scan (``kernels.scan_min``) keeps the first node (lowest index) of the
+least ``(key1, key2)``, which is the lexicographic minimum of ``(key1, key2, node)``.
 
 Updates are lazy: ``node_index.leaf`` appends every changed node to a log (``tr[11]``), and a
 class replays the log since its last query when it is next asked (each node once), or rebuilds
@@ -133,70 +133,88 @@ def _set_leaf(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
     return x
 
 
-@njit(cache=True)
-def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
-    """Bring class slot ``s``'s tree up to date with the node changes logged since its last query."""
-    tree = cx[_TREE]
+@njit(cache=True, inline="always")
+def _sync(leaf, inner, update, keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
+    """Bring class slot ``s``'s tree up to date with the node changes logged since its last query:
+    ``update`` the leaf of each logged node (once), or rebuild the whole tree (``leaf`` for every
+    leaf slot, then ``inner`` for every inner entry, bottom up) when it was never built or more
+    nodes changed than it has.  (Inlined, and so are the functions it is given: numba caches no
+    function that passes a looping one as a value.)"""
     ptr, node_at, seen, token = cx[_PTR], cx[_NODE_AT], cx[_SEEN], cx[_TOKEN]
     log, logn = st[10][11], st[10][12]
-    size = tree.shape[1] // 2
-    n_nodes = seen.shape[0]
     tot = logn[0]
     p0 = ptr[s]
-    if p0 < 0 or tot - p0 >= min(n_nodes, log.shape[0]):
+    if p0 < 0 or tot - p0 >= min(seen.shape[0], log.shape[0]):
+        size = node_at.shape[0]  # leaf slots (the nodes, then -1 up to a power of two)
         for slot in range(size):
-            nd = node_at[slot]
-            if nd >= 0:
-                _set_leaf(keyfn, cx, s, nd, i, st, pd)
+            leaf(keyfn, cx, s, slot, node_at[slot], i, st, pd)
         for x in range(size - 1, 0, -1):
-            _pull(tree, s, x)
+            inner(cx, s, x)
     else:
         token[0] += 1
         tk = token[0]
         cap = log.shape[0]
         for e in range(p0, tot):
             nd = log[e % cap]
-            if seen[nd] == tk:
-                continue
-            seen[nd] = tk
-            x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1  # 0: the leaf did not change
-            while x >= 1 and _pull(tree, s, x):
-                x >>= 1
+            if seen[nd] != tk:
+                seen[nd] = tk
+                update(keyfn, cx, s, nd, i, st, pd)
     ptr[s] = tot
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _leaf_keyed(keyfn, cx, s, slot, nd, i, st, pd):  # pragma: no cover - compiled
+    if nd >= 0:
+        _set_leaf(keyfn, cx, s, nd, i, st, pd)
+
+
+@njit(cache=True, inline="always")
+def _inner_keyed(cx, s, x):  # pragma: no cover - compiled
+    _pull(cx[_TREE], s, x)
+
+
+@njit(cache=True, inline="always")
+def _update_keyed(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
+    tree = cx[_TREE]
+    x = _set_leaf(keyfn, cx, s, nd, i, st, pd) >> 1  # 0: the leaf did not change
+    while x >= 1 and _pull(tree, s, x):
+        x >>= 1
+
+
+@njit(cache=True, inline="always")
+def _leaf_count(keyfn, cx, s, slot, nd, i, st, pd):  # pragma: no cover - compiled
+    cnt = cx[_CNT]
+    cnt[s, cnt.shape[1] // 2 + slot] = 1 if nd >= 0 and fits(i, nd, st) else 0
+
+
+@njit(cache=True, inline="always")
+def _sum(cx, s, x):  # pragma: no cover - compiled
+    cnt = cx[_CNT]
+    cnt[s, x] = cnt[s, 2 * x] + cnt[s, 2 * x + 1]
+
+
+@njit(cache=True, inline="always")
+def _update_counts(keyfn, cx, s, nd, i, st, pd):  # pragma: no cover - compiled
+    """A changed leaf adds its difference along its path."""
+    cnt = cx[_CNT]
+    x = cnt.shape[1] // 2 + cx[_SLOT_OF][nd]
+    d = (1 if fits(i, nd, st) else 0) - cnt[s, x]
+    if d != 0:
+        while x >= 1:
+            cnt[s, x] += d
+            x >>= 1
+
+
+@njit(cache=True, inline="always")
+def refresh(keyfn, cx, s, i, st, pd):  # pragma: no cover - compiled
+    """Class slot ``s``'s keyed tree (leaves keyed by ``keyfn``), up to date."""
+    _sync(_leaf_keyed, _inner_keyed, _update_keyed, keyfn, cx, s, i, st, pd)
+
+
+@njit(cache=True, inline="always")
 def refresh_counts(cx, s, i, st):  # pragma: no cover - compiled
-    """``refresh`` for random's count tree (``build(counted=True)``): a leaf is 1 where its node fits;
-    a changed leaf adds its difference along its path."""
-    cnt, ptr, node_at, slot_of, seen, token = cx[_CNT], cx[_PTR], cx[_NODE_AT], cx[_SLOT_OF], cx[_SEEN], cx[_TOKEN]
-    log, logn = st[10][11], st[10][12]
-    size = cnt.shape[1] // 2
-    n_nodes = seen.shape[0]
-    tot = logn[0]
-    p0 = ptr[s]
-    if p0 < 0 or tot - p0 >= min(n_nodes, log.shape[0]):
-        for slot in range(size):
-            nd = node_at[slot]
-            cnt[s, size + slot] = 1 if nd >= 0 and fits(i, nd, st) else 0
-        for x in range(size - 1, 0, -1):
-            cnt[s, x] = cnt[s, 2 * x] + cnt[s, 2 * x + 1]
-    else:
-        token[0] += 1
-        tk = token[0]
-        cap = log.shape[0]
-        for e in range(p0, tot):
-            nd = log[e % cap]
-            if seen[nd] == tk:
-                continue
-            seen[nd] = tk
-            x = size + slot_of[nd]
-            d = (1 if fits(i, nd, st) else 0) - cnt[s, x]
-            if d != 0:
-                while x >= 1:
-                    cnt[s, x] += d
-                    x >>= 1
-    ptr[s] = tot
+    """Random's count tree (``build(counted=True)``: a leaf is 1 where its node fits), up to date."""
+    _sync(_leaf_count, _sum, _update_counts, None, cx, s, i, st, None)
 
 
 @njit(cache=True)
@@ -248,52 +266,52 @@ def scan_candidates(cx, i, cand, st):  # pragma: no cover - compiled
     return NI.search(tr, n_nodes, cx[_BITS][cx[_DEMAND][i]], k[i], p[i], cpu[i], st[11][i], 0, n_nodes, cand, stack)
 
 
-# --- keys of a node for a class (the scanning kernels' expressions) and the choice kernels ------
+# --- the choice kernels with the index ------------------------------------------------------------
 # A choice kernel here is a ``kernels`` choice kernel that also answers ``nc == -1``: an arrival
 # (``run_loop``'s INDEXED mode) - it writes its node to ``cand[pos]`` and returns ``(pos, gpu)``,
 # or ``(-1, -1)`` when no node fits.  With ``nc >= 0`` (a queue pass over released nodes) it is
-# the scanning kernel.  ``cx`` is the last entry of ``pd``.
+# the scanning kernel.  A tree's leaf keys are the scan's own key functions (``kernels.key_*``).
 
 
-@njit(cache=True)
-def _key_left(i, nd, st, pd):  # pragma: no cover - compiled
-    return K._left_after(i, nd, st), 0.0, -1
+@njit(cache=True, inline="always")
+def indexed(scan, read, keyfn, cx, i, cand, nc, st, pd):  # pragma: no cover - compiled
+    """The choice of ``scan`` (a ``kernels`` choice kernel) for task ``i``: an arrival of an indexed
+    class reads its node from the class's tree, ``read(keyfn, cx, slot, i, cand, st, pd)``; an
+    arrival of an unindexed class scans its fitting nodes; a queue pass scans ``cand[:nc]``.
+    (Inlined, and so are the readers: numba caches no function that passes a looping one as a
+    value.)"""
+    if nc < 0:
+        s = cx[_SLOT][cx[_DEMAND][i]]
+        if s >= 0:
+            return read(keyfn, cx, s, i, cand, st, pd)
+        nc = scan_candidates(cx, i, cand, st)
+        if nc == 0:
+            return -1, -1
+    return scan(i, cand, nc, st, pd)
 
 
-@njit(cache=True)
-def _key_fgd(i, nd, st, pd):  # pragma: no cover - compiled
-    """``kernels._choose_fgd``'s (score, left after, GPU) of one node, with its caches."""
-    v1, g = K._fgd_score(i, nd, st, pd)
-    return v1, K._left_after(i, nd, st), g
+@njit(cache=True, inline="always")
+def _root(keyfn, cx, s, i, cand, st, pd):  # pragma: no cover - compiled
+    """The least ``keyfn`` over class slot ``s``'s fitting nodes (the tree's root) and its pinned
+    GPU; ``(-1, -1)`` when none fits (an empty leaf loses to every fitting one)."""
+    refresh(keyfn, cx, s, i, st, pd)
+    tree, gl = cx[_TREE], cx[_GL]
+    if tree[s, 1, _ND] == _EMPTY:
+        return -1, -1
+    nd = np.int64(tree[s, 1, _ND])
+    cand[0] = nd
+    return 0, (gl[s, nd] if gl.shape[0] > 1 or gl.shape[1] > 1 else -1)
 
 
 @njit(cache=True)
 def choose_best_fit(i, cand, nc, st, pd):  # pragma: no cover - compiled
-    if nc >= 0:
-        return K._choose_best_fit(i, cand, nc, st, pd)
-    cx = pd[1]
-    s = cx[_SLOT][cx[_DEMAND][i]]
-    if s < 0:
-        nc = scan_candidates(cx, i, cand, st)
-        return K._choose_best_fit(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
-    refresh(_key_left, cx, s, i, st, pd)
-    tree = cx[_TREE]
-    if tree[s, 1, _ND] == _EMPTY:  # no fitting node (an empty leaf loses to every fitting one)
-        return -1, -1
-    cand[0] = np.int64(tree[s, 1, _ND])
-    return 0, -1
+    """Best fit: the tree keyed by ``kernels.key_left``."""
+    return indexed(K._choose_best_fit, _root, K.key_left, pd[1], i, cand, nc, st, pd)
 
 
 @njit(cache=True)
-def choose_random(i, cand, nc, st, pd):  # pragma: no cover - compiled
-    """``Random``: one draw among the fitting nodes in node order, as ``kernels._choose_random``."""
-    if nc >= 0:
-        return K._choose_random(i, cand, nc, st, pd)
-    cx = pd[1]
-    s = cx[_SLOT][cx[_DEMAND][i]]
-    if s < 0:
-        nc = scan_candidates(cx, i, cand, st)
-        return K._choose_random(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
+def _read_random(keyfn, cx, s, i, cand, st, pd):  # pragma: no cover - compiled
+    """One draw among the class's fitting nodes in node order (``kernels._choose_random``'s draw)."""
     refresh_counts(cx, s, i, st)
     n = cx[_CNT][s, 1]
     if n == 0:
@@ -303,17 +321,17 @@ def choose_random(i, cand, nc, st, pd):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
-    """EFT / oracle: the least ``(table[i, model], left after, node)``; per model the tree gives the
-    least (left after, node) of its nodes (leaves laid out by model)."""
-    if nc >= 0:
-        return K._choose_table(i, cand, nc, st, pd)
-    table, cx = pd[0], pd[1]
-    s = cx[_SLOT][cx[_DEMAND][i]]
-    if s < 0:
-        nc = scan_candidates(cx, i, cand, st)
-        return K._choose_table(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
-    refresh(_key_left, cx, s, i, st, pd)
+def choose_random(i, cand, nc, st, pd):  # pragma: no cover - compiled
+    return indexed(K._choose_random, _read_random, None, pd[1], i, cand, nc, st, pd)
+
+
+@njit(cache=True, inline="always")
+def _read_table(keyfn, cx, s, i, cand, st, pd):  # pragma: no cover - compiled
+    """``kernels.key_table``'s least node: per GPU model the tree (leaves laid out by model, keyed by
+    ``keyfn``, ``key_left``) gives the least (left after, node) of its nodes, whose first key is
+    ``table[i, model]``."""
+    table = pd[0]
+    refresh(keyfn, cx, s, i, st, pd)
     if cx[_TREE][s, 1, _ND] == _EMPTY:
         return -1, -1
     mstart = cx[_MSTART]
@@ -332,18 +350,11 @@ def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def choose_table(i, cand, nc, st, pd):  # pragma: no cover - compiled
+    return indexed(K._choose_table, _read_table, K.key_left, pd[1], i, cand, nc, st, pd)
+
+
+@njit(cache=True)
 def choose_fgd(i, cand, nc, st, pd):  # pragma: no cover - compiled
-    if nc >= 0:
-        return K._choose_fgd(i, cand, nc, st, pd)
-    cx = pd[18]
-    s = cx[_SLOT][cx[_DEMAND][i]]
-    if s < 0:
-        nc = scan_candidates(cx, i, cand, st)
-        return K._choose_fgd(i, cand, nc, st, pd) if nc > 0 else (-1, -1)
-    refresh(_key_fgd, cx, s, i, st, pd)
-    tree = cx[_TREE]
-    if tree[s, 1, _ND] == _EMPTY:
-        return -1, -1
-    nd = np.int64(tree[s, 1, _ND])
-    cand[0] = nd
-    return 0, cx[_GL][s, nd]
+    """FGD: the tree keyed by ``kernels.key_fgd``, with each leaf's pinned GPU."""
+    return indexed(K._choose_fgd, _root, K.key_fgd, pd[18], i, cand, nc, st, pd)

@@ -169,7 +169,9 @@ def simulate(inp: RunInputs, cluster: NodeCluster, policy, max_events: int | Non
 
 
 def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.ndarray, fast: tuple) -> NodeTrace:
-    """The run in ``kernels.run_loop``; the final state goes to ``policy.finish`` as usual."""
+    """The run in ``kernels.run_loop`` (bound to the choice, ``bound_loops.bind``); the final state goes
+    to ``policy.finish`` as usual."""
+    from hybridsched.bound_loops import bind
     from hybridsched.kinds.cluster.kernels import demand_classes, run_loop
 
     n = len(inp)
@@ -181,7 +183,7 @@ def _simulate_compiled(inp: RunInputs, cluster: NodeCluster, policy, key: np.nda
     if allowed.shape[1] > 62:
         raise HybridschedError(f"the compiled cluster loop indexes at most 62 GPU models, got {allowed.shape[1]}")
     demand, n_demand = demand_classes(inp.cpu, inp.mem, inp.k, inp.p, allowed)
-    err = run_loop(fast.choose, fast.mode, fast.data, fast.ints, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model,
+    err = bind(run_loop, fast.choose)(fast.mode, fast.data, fast.ints, inp.arrival, inp.cpu, inp.mem, inp.k, inp.p, allowed, cluster.node_model,
                    key, np.ascontiguousarray(inp.run_time), state.cpu_free, state.mem_free, state.gpu_free,
                    cluster.gpu_cap.astype(np.float64), cluster.nodes.cpu_milli.astype(np.float64),
                    (cluster.nodes.n_gpu > 0), state.version, start, end, node_of, mask, demand, n_demand)

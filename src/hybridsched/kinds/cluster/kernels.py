@@ -14,8 +14,11 @@ mix and caches, an int scratch ``ints``, a generator), and returns ``(position, 
 >= 0 pins the task to that GPU of the chosen node (FGD's GPU-share placement), -1 means best fit.
 An arrival finds its feasible nodes through ``node_index`` instead of testing every node; for
 first fit, round robin and greedy the index finds the chosen node directly.
-The kernels mirror ``policies.py``; the policy objects stay the single source of their
-parameters (``prepare``/``fit`` run as before and this module reads their attributes).
+A keyed policy (greedy, best fit, EFT / oracle, FGD) is one key function ``key_*`` (a node's key
+for a task, lower preferred); its choice kernel is :func:`scan_min` over that key, and the class
+index (``class_index.py``) keeps the same keys in its trees.  The kernels mirror ``policies.py``;
+the policy objects stay the single source of their parameters (``prepare``/``fit`` run before
+and this module reads their attributes).
 """
 
 from __future__ import annotations
@@ -85,56 +88,72 @@ def _choose_random(i, cand, nc, st, pd):
     return pd[0].integers(0, nc), -1
 
 
+# --- a node's key for a task: (first key, tie-break key, pinned GPU or -1), lower preferred ------
+# One function per policy, read by :func:`scan_min` (the policy's choice kernel, right after its
+# key) and by the class index's trees (``class_index.py``); a one-key policy's second key is +inf
+# (it never breaks a tie).
+
+
+@njit(cache=True, inline="always")
+def scan_min(keyfn, i, cand, nc, st, pd):
+    """The first position of ``cand[:nc]`` with the least ``keyfn`` (first key, then second) and
+    its pinned GPU: a choice kernel for every keyed policy.  Inlined, so that its caller names
+    ``keyfn`` itself (numba cannot cache a function that passes a looping one as a value)."""
+    best, b1, b2, bg = 0, np.inf, np.inf, -1
+    for c in range(nc):
+        v1, v2, g = keyfn(i, cand[c], st, pd)
+        if v1 < b1 or (v1 == b1 and v2 < b2):
+            best, b1, b2, bg = c, v1, v2, g
+    return best, bg
+
+
+@njit(cache=True)
+def key_greedy(i, nd, st, pd):
+    """``Greedy.score``: the GPU share in use for a GPU task, the CPU share for a CPU-only one."""
+    k, gpu_free, cpu_free, gpu_cap, cpu_milli = st[0], st[3], st[4], st[6], st[7]
+    if k[i] > 0:
+        cap = 0.0
+        fr = 0.0
+        for g in range(gpu_free.shape[1]):
+            cap += gpu_cap[nd, g]
+            f = gpu_free[nd, g]
+            fr += f if f > 0 else 0.0
+        return 1.0 - fr / cap, np.inf, -1
+    return 1.0 - cpu_free[nd] / cpu_milli[nd], np.inf, -1
+
+
 @njit(cache=True)
 def _choose_greedy(i, cand, nc, st, pd):
-    k, gpu_free, cpu_free, gpu_cap, cpu_milli = st[0], st[3], st[4], st[6], st[7]
-    best, best_load = 0, np.inf
-    for c in range(nc):
-        nd = cand[c]
-        if k[i] > 0:
-            cap = 0.0
-            fr = 0.0
-            for g in range(gpu_free.shape[1]):
-                cap += gpu_cap[nd, g]
-                f = gpu_free[nd, g]
-                fr += f if f > 0 else 0.0
-            load = 1.0 - fr / cap
-        else:
-            load = 1.0 - cpu_free[nd] / cpu_milli[nd]
-        if load < best_load:
-            best, best_load = c, load
-    return best, -1
+    return scan_min(key_greedy, i, cand, nc, st, pd)
+
+
+@njit(cache=True)
+def key_left(i, nd, st, pd):
+    """``BestFit.score``: the room left after placing (``_left_after``)."""
+    return _left_after(i, nd, st), np.inf, -1
 
 
 @njit(cache=True)
 def _choose_best_fit(i, cand, nc, st, pd):
-    best, best_v = 0, np.inf
-    for c in range(nc):
-        v = _left_after(i, cand[c], st)
-        if v < best_v:
-            best, best_v = c, v
-    return best, -1
+    return scan_min(key_left, i, cand, nc, st, pd)
+
+
+@njit(cache=True)
+def key_table(i, nd, st, pd):
+    """EFT / oracle: ``table[i, model of node]`` (estimated finish), ties best fit."""
+    return pd[0][i, st[8][nd]], _left_after(i, nd, st), -1
 
 
 @njit(cache=True)
 def _choose_table(i, cand, nc, st, pd):
-    """Lowest ``table[i, model of node]`` (estimated finish), ties best fit."""
-    table, node_model = pd[0], st[8]
-    best, b1, b2 = 0, np.inf, np.inf
-    for c in range(nc):
-        nd = cand[c]
-        v1 = table[i, node_model[nd]]
-        v2 = _left_after(i, nd, st)
-        if v1 < b1 or (v1 == b1 and v2 < b2):
-            best, b1, b2 = c, v1, v2
-    return best, -1
+    return scan_min(key_table, i, cand, nc, st, pd)
 
 
 @njit(cache=True)
 def _fgd_score(i, nd, st, pd):
     """FGD's (fragmentation increase, GPU) of task ``i`` on node ``nd``: the per-node statistics and
     the per-shape scores are cached until the node changes (``version``), as
-    ``fragmentation.FragCache`` does.  Shared with ``class_index``'s indexed FGD."""
+    ``fragmentation.FragCache`` does."""
     cpu, gpu_free, cpu_free, node_model, version = st[2], st[3], st[4], st[8], st[9]
     tk, tp, tcpu, tallow, tw, cnt, lt, frag, stat_ver = pd[0], pd[1], pd[2], pd[3], pd[4], pd[5], pd[6], pd[7], pd[8]
     shape, shape_k, shape_p, memo_d, memo_g, memo_v, cnt2, lt2, taken = (pd[9], pd[10], pd[11], pd[12], pd[13],
@@ -154,16 +173,16 @@ def _fgd_score(i, nd, st, pd):
 
 
 @njit(cache=True)
+def key_fgd(i, nd, st, pd):
+    """``FragmentationGradientDescent.choose``: least fragmentation increase (and the GPU that
+    achieves it), ties best fit."""
+    v1, g = _fgd_score(i, nd, st, pd)
+    return v1, _left_after(i, nd, st), g
+
+
+@njit(cache=True)
 def _choose_fgd(i, cand, nc, st, pd):
-    """``FragmentationGradientDescent.choose``: least fragmentation increase, ties best fit."""
-    best, b1, b2, bg = 0, np.inf, np.inf, -1
-    for c in range(nc):
-        nd = cand[c]
-        v1, g = _fgd_score(i, nd, st, pd)
-        v2 = _left_after(i, nd, st)
-        if v1 < b1 or (v1 == b1 and v2 < b2):
-            best, b1, b2, bg = c, v1, v2, g
-    return best, bg
+    return scan_min(key_fgd, i, cand, nc, st, pd)
 
 
 @njit(cache=True)
@@ -236,7 +255,7 @@ def _qpop(h, base, size, key):
         h[base + j] = x
 
 
-@njit
+@njit(inline="always")  # inlined into the entry bound to each choice (bound_loops.bind), so numba caches it
 def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_model, key, run_time,
              cpu_free, mem_free, gpu_free, gpu_cap, cpu_milli, has_gpu, version,
              start, end, node_of, gpu_mask, demand, n_demand):
@@ -390,7 +409,7 @@ def run_loop(choose, mode, pd, ints, arrival, cpu, mem, k, p, allowed, node_mode
     return 0
 
 
-@njit
+@njit(inline="always")  # takes the choice: inlined with the loop (bound_loops.bind)
 def _start(choose, pd, st, i, cand, nc, gi, indexed, t, cpu, mem, k, p, run_time, node_model, cpu_free,
            mem_free, gpu_free, cpu_milli, version, start, end, node_of, gpu_mask, pick, tr, ht, hi, hn):
     """Start task ``i`` at ``t`` on the node the choice kernel picks among ``cand[:nc]`` (``indexed``:
@@ -409,7 +428,7 @@ def _start(choose, pd, st, i, cand, nc, gi, indexed, t, cpu, mem, k, p, run_time
     return _heap_push(ht, hi, hn, end[i], i)
 
 
-@njit
+@njit(inline="always")  # takes the choice: inlined with the loop (bound_loops.bind)
 def _place(choose, pd, st, i, cand, nc, t, cpu, mem, k, p, run_time, node_model,
            cpu_free, mem_free, gpu_free, version, start, end, node_of, gpu_mask, pick):
     """Take the kernel's node and GPUs for task ``i`` and update the state arrays; True when the

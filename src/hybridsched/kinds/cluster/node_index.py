@@ -76,41 +76,41 @@ def leaf(tr, nd, cpu_free, mem_free, gpu_free, cpu_milli):  # pragma: no cover -
         hi_gpu[x, j] = v
     for g in range(G):
         lo_gpu[x, g] = hi_gpu[x, g]
-    # greedy's loads, as its choice kernel computes them (kernels._choose_greedy)
+    # greedy's loads, as its key computes them (kernels.key_greedy)
     load_gpu[x] = 1.0 - fr / cap[nd] if cap[nd] > 0 else np.inf
     load_cpu[x] = 1.0 - cpu_free[nd] / cpu_milli[nd]
     x >>= 1
     while x >= 1:
         a, b = 2 * x, 2 * x + 1
-        same = True  # an entry that does not change leaves its ancestors as they are: stop there
-        v = max(hi_cpu[a], hi_cpu[b])
-        same &= hi_cpu[x] == v
-        hi_cpu[x] = v
-        v = min(lo_cpu[a], lo_cpu[b])
-        same &= lo_cpu[x] == v
-        lo_cpu[x] = v
-        v = max(hi_mem[a], hi_mem[b])
-        same &= hi_mem[x] == v
-        hi_mem[x] = v
-        v = min(lo_mem[a], lo_mem[b])
-        same &= lo_mem[x] == v
-        lo_mem[x] = v
+        # an entry that does not change leaves its ancestors as they are: stop there
+        same = _put(hi_cpu, x, max(hi_cpu[a], hi_cpu[b]))
+        same &= _put(lo_cpu, x, min(lo_cpu[a], lo_cpu[b]))
+        same &= _put(hi_mem, x, max(hi_mem[a], hi_mem[b]))
+        same &= _put(lo_mem, x, min(lo_mem[a], lo_mem[b]))
         for g in range(G):
-            v = max(hi_gpu[a, g], hi_gpu[b, g])
-            same &= hi_gpu[x, g] == v
-            hi_gpu[x, g] = v
-            v = min(lo_gpu[a, g], lo_gpu[b, g])
-            same &= lo_gpu[x, g] == v
-            lo_gpu[x, g] = v
-        v = min(load_gpu[a], load_gpu[b])
-        same &= load_gpu[x] == v
-        load_gpu[x] = v
-        v = min(load_cpu[a], load_cpu[b])
-        same &= load_cpu[x] == v
-        load_cpu[x] = v
+            same &= _put2(hi_gpu, x, g, max(hi_gpu[a, g], hi_gpu[b, g]))
+            same &= _put2(lo_gpu, x, g, min(lo_gpu[a, g], lo_gpu[b, g]))
+        same &= _put(load_gpu, x, min(load_gpu[a], load_gpu[b]))
+        same &= _put(load_cpu, x, min(load_cpu[a], load_cpu[b]))
         if same:
             break
         x >>= 1
+
+
+@njit(cache=True, inline="always")
+def _put(arr, x, v):  # pragma: no cover - compiled
+    """``arr[x] = v``; whether it held ``v`` already."""
+    same = arr[x] == v
+    arr[x] = v
+    return same
+
+
+@njit(cache=True, inline="always")
+def _put2(arr, x, g, v):  # pragma: no cover - compiled
+    """``arr[x, g] = v``; whether it held ``v`` already."""
+    same = arr[x, g] == v
+    arr[x, g] = v
+    return same
 
 
 @njit(cache=True, inline="always")
