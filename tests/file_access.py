@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 AUDIT = Path(__file__).with_name("audit")  # its sitecustomize.py records a stage's file accesses
 TRACES = Path(os.environ.get("HYBRIDSCHED_TRACES", ROOT.parent / "shared" / "traces")).resolve()
 WATCHED = ("data", "models", "metrics")  # the workspace folders DVC owns (plus the traces)
+# the project's code: a module a stage imports (or a file it reads) from here is one of its deps
+CODE = ("src", "stages")
 # never read by a stage, declared or not: every artifact a stage reads comes from a stage
 FORBIDDEN = ("benchmarks", "studies")
 # Read and written by stages, yet no dependency nor output: the machine kind's LP bound memo
@@ -27,6 +29,13 @@ FORBIDDEN = ("benchmarks", "studies")
 # stage writes the same bytes whether the memo is cold or warm; declaring it would make DVC
 # rerun a stage whenever another run added an entry.
 MEMOS = (".cache",)
+
+# Project code every stage imports without depending on it, with the reason.
+CODE_OK: dict[str, str] = {
+    "src/hydra_plugins": "Hydra's plugin scan imports every plugin into every stage; the policy catalogue "
+                         "composes conf/ into params.yaml, whose values DVC tracks as params, and finds no "
+                         "conf/policies/ where a stage composes params.yaml itself (-cn params)",
+}
 
 # Read or written on purpose without being declared, with the reason.
 UNDECLARED_OK: dict[str, dict[str, str]] = {
@@ -110,6 +119,9 @@ def stages(root: Path) -> list[Stage]:
                                [d.def_path for d in s.deps if not isinstance(d, ParamsDependency)],
                                [o.def_path for o in s.outs], dict(UNDECLARED_OK.get(s.name, {})))
                  for s in repo.index.stages}
+    for s in found.values():
+        if s.cmd.startswith("python -m stages."):
+            s.allowed.update(CODE_OK)
     ordered: list[Stage] = []
     todo = dict(found)
     while todo:  # Kahn: a stage is ready when no waiting stage writes one of its deps
@@ -128,8 +140,9 @@ def covers(declared: str, path: str) -> bool:
 
 
 def accesses(log: Path, root: Path) -> list[tuple[str, str]]:
-    """(op, path) of every watched access in ``log``: op is ``read``, ``list`` or ``write``; paths are
-    relative to ``root`` (data/, models/, metrics/) or absolute (the traces).  A write into a
+    """(op, path) of every watched access in ``log``: op is ``read``, ``list``, ``write`` or
+    ``import`` (a module of the project's code); paths are relative to ``root`` (data/, models/,
+    metrics/, src/, stages/) or absolute (the traces).  A write into a
     temp file or folder that is then renamed counts as a write of the rename's target (the
     atomic writers of hybridsched.io); temp names that never land (``.name.xyz``) are dropped."""
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
@@ -147,6 +160,10 @@ def accesses(log: Path, root: Path) -> list[tuple[str, str]]:
 
     out: set[tuple[str, str]] = set()
     for r in records:
+        if (code := code_file(r["path"], root)) is not None:
+            if r["op"] == "import" or (r["op"] == "read" and not code.endswith(".py")):
+                out.add((r["op"], code))
+            continue
         pairs = [("write", r["path"]), ("write", r["to"])] if r["op"] == "rename" else \
             [(r["op"] if r["op"] in ("read", "list") else "write", landed(r["path"]))]
         for op, p in pairs:
@@ -154,6 +171,21 @@ def accesses(log: Path, root: Path) -> list[tuple[str, str]]:
             if rel is not None and not any(part.startswith(".") for part in Path(rel).parts):
                 out.add((op, rel))
     return sorted(out)
+
+
+def code_file(path: str, root: Path) -> str | None:
+    """``path`` relative to ``root`` if it is a file of the project's code (:data:`CODE`) outside
+    ``__pycache__`` (bytecode, numba's kernel cache), else None.  What a stage imports are the
+    recorder's ``import`` lines (its modules at exit); an ``open`` of a ``.py`` there is the
+    import system compiling it, or a memo hashing the sources it was built from, and listings
+    and writes there are the import system's: only a read of another file (a data table) counts."""
+    p = Path(path)
+    if not p.is_relative_to(root):
+        return None
+    rel = p.relative_to(root)
+    if not rel.parts or rel.parts[0] not in CODE or "__pycache__" in rel.parts:
+        return None
+    return str(rel)
 
 
 def watched(path: str, root: Path) -> str | None:
@@ -172,8 +204,8 @@ def watched(path: str, root: Path) -> str | None:
 
 
 def undeclared(stage: Stage, seen: list[tuple[str, str]], root: Path) -> list[str]:
-    """What the stage touched but does not declare: reads outside its deps and outs, writes
-    outside its outs.  Declared paths are relative to ``root`` or absolute (traces)."""
+    """What the stage touched but does not declare: reads and imports outside its deps and outs,
+    writes outside its outs.  Declared paths are relative to ``root`` or absolute (traces)."""
     def norm(d: str) -> str:
         p = Path(d) if Path(d).is_absolute() else (root / d)
         return str(p.resolve().relative_to(root.resolve())) if p.resolve().is_relative_to(root.resolve()) \
@@ -186,10 +218,11 @@ def undeclared(stage: Stage, seen: list[tuple[str, str]], root: Path) -> list[st
         if Path(p).parts[0] in FORBIDDEN:
             bad.append(f"{stage.name} {'reads' if op in ('read', 'list') else op + 's'} {p} (no stage may use {Path(p).parts[0]}/)")
             continue
-        ok = outs + (deps if op in ("read", "list") else []) + allowed
+        ok = outs + (deps if op in ("read", "list", "import") else []) + allowed
         if any(covers(d, p) for d in ok):
             continue
         if op == "list" and any(covers(p, o) for o in outs):
             continue  # the folder that holds an out: an atomic writer looking for its own stale temp dirs
-        bad.append(f"{stage.name} {'reads' if op == 'list' else op + 's'} {p}")
+        bad.append(f"{stage.name} {'reads' if op == 'list' else op + 's'} {p}"
+                   + (", not among its deps" if op == "import" else ""))
     return bad

@@ -29,30 +29,67 @@ def test_recorder_logs_a_stage_process_and_nothing_else(tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in audit.iterdir()) == ["toy.log"]
     seen = accesses(audit / "toy.log", root)
-    assert seen == [("read", "data/in.json"), ("write", "data/out.json")]
-    assert undeclared(Stage("toy", "", ["data/in.json"], ["data/out.json"]), seen, root) == []
-    assert undeclared(Stage("toy", "", [], ["data/out.json"]), seen, root) == ["toy reads data/in.json"]
-    assert undeclared(Stage("toy", "", ["data/in.json"], []), seen, root) == ["toy writes data/out.json"]
+    assert seen == [("import", "stages/__init__.py"), ("import", "stages/toy.py"), ("read", "data/in.json"),
+                    ("write", "data/out.json")]
+    assert undeclared(Stage("toy", "", ["stages", "data/in.json"], ["data/out.json"]), seen, root) == []
+    assert undeclared(Stage("toy", "", ["stages"], ["data/out.json"]), seen, root) == ["toy reads data/in.json"]
+    assert undeclared(Stage("toy", "", ["stages", "data/in.json"], []), seen, root) == ["toy writes data/out.json"]
 
 
 def test_recorder_maps_atomic_writes_to_their_target(tmp_path):
     """A write into a temp folder that is renamed onto data/x counts as a write of data/x; a
-    folder dep covers its files; paths outside data/, models/, metrics/ are not watched."""
+    folder dep covers its files; paths outside data/, models/, metrics/ and the code are not watched."""
     root = tmp_path
     log = tmp_path / "log"
     recs = [{"op": "write", "path": str(root / "data" / ".workload.abc" / "train.parquet")},
             {"op": "rename", "path": str(root / "data" / ".workload.abc"), "to": str(root / "data" / "workload")},
             {"op": "read", "path": str(root / "models" / "rf" / "meta.json")},
             {"op": "read", "path": str(root / "data" / "cluster_profile.json")},
-            {"op": "read", "path": str(root / "src" / "x.py")}]
+            {"op": "read", "path": str(root / "README.md")}]
     log.write_text("".join(json.dumps(r) + "\n" for r in recs))
     seen = accesses(log, root)
     assert ("write", "data/workload/train.parquet") in seen and ("write", "data/workload") in seen
-    assert ("read", "models/rf/meta.json") in seen and not any("src" in p for _, p in seen)
+    assert ("read", "models/rf/meta.json") in seen and not any("README" in p for _, p in seen)
     s = Stage("x", "python -m stages.x", deps=["data/cluster_profile.json", "models"], outs=["data/workload"])
     assert undeclared(s, seen, root) == []
     s = Stage("x", "python -m stages.x", deps=["data/cluster_profile.json"], outs=["data/workload"])
     assert undeclared(s, seen, root) == ["x reads models/rf/meta.json"]
+
+
+def test_a_stage_importing_project_code_outside_its_deps_is_reported(tmp_path):
+    """Every module a stage process imports from src/ or stages/ is recorded (compiled on the
+    first run, from its cached .pyc on the second), a data file it reads there too, a source it
+    only reads is not; one not covered by its deps is reported as an import, a folder dep covers
+    its modules, and the Hydra plugin every stage imports is allowed without being declared."""
+    root = tmp_path / "proj"
+    for folder in ("stages", "src/lib", "src/hydra_plugins/plug"):
+        (root / folder).mkdir(parents=True)
+    for name in ("stages/__init__.py", "src/lib/__init__.py", "src/hydra_plugins/plug/__init__.py"):
+        (root / name).write_text("")
+    (root / "src" / "lib" / "used.py").write_text("X = 1\n")
+    (root / "src" / "lib" / "lazy.py").write_text("Y = 2\n")
+    (root / "src" / "lib" / "table.csv").write_text("a\n1\n")
+    (root / "src" / "lib" / "__pycache__").mkdir()
+    (root / "src" / "lib" / "__pycache__" / "used.f-1.py311.nbi").write_text("")  # numba's kernel cache
+    (root / "stages" / "toy.py").write_text(
+        "import sys\nimport hydra_plugins.plug\nfrom lib.used import X\n"
+        "if sys.argv[1:] == ['lazy']:\n    from lib.lazy import Y\nopen('src/lib/table.csv').read()\n"
+        "open('src/lib/__pycache__/used.f-1.py311.nbi').read()\n"
+        "open('src/lib/lazy.py').read()\n")  # a memo hashing its sources: not an import
+    stage = ["stages", "src/lib/__init__.py", "src/lib/used.py", "src/lib/table.csv"]
+    for label, args in (("compiled", []), ("cached", []), ("lazy", ["lazy"])):
+        audit = tmp_path / label
+        r = run("python", "-m", "stages.toy", *args, cwd=root, audit=audit)
+        assert r.returncode == 0, r.stderr
+        seen = accesses(audit / "toy.log", root)
+        assert ("import", "src/lib/used.py") in seen and ("import", "stages/toy.py") in seen, (label, seen)
+        assert ("read", "src/lib/table.csv") in seen and not any(op in ("list", "write") for op, _ in seen), seen
+        toy = Stage("toy", "python -m stages.toy", stage, [], {"src/hydra_plugins": "every stage imports it"})
+        assert undeclared(toy, seen, root) == (["toy imports src/lib/lazy.py, not among its deps"] if args else [])
+        cut = Stage("toy", "python -m stages.toy", [d for d in stage if d != "src/lib/used.py"], [], toy.allowed)
+        assert "toy imports src/lib/used.py, not among its deps" in undeclared(cut, seen, root)
+    assert "toy imports src/hydra_plugins/plug/__init__.py, not among its deps" in undeclared(
+        Stage("toy", "", stage, []), seen, root)
 
 
 def test_dvc_yaml_parses_into_an_acyclic_order_with_declared_traces():

@@ -5,11 +5,14 @@ appends each ``open`` (path, read or write), rename and directory listing to
 Python processes (DVC itself) record nothing.  Parquet is read by pyarrow's C++ code, past
 Python's ``open``: the readers of ``pyarrow.parquet`` (which ``pd.read_parquet`` calls) are
 wrapped to report their paths.  Other native readers would not be seen; the stages' other
-readers (pandas csv, numpy, json, joblib, torch, yaml) go through ``open``.
+readers (pandas csv, numpy, json, joblib, torch, yaml) go through ``open``.  At exit, each
+module the process imported from the project's own code (``src/``, ``stages/``) is appended as an
+``import`` line.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -55,6 +58,24 @@ def _install(folder: str) -> None:
 
     sys.addaudithook(hook)
     sys.meta_path.insert(0, _PatchParquet(lambda path, mode="r": hook("open", (path, mode, 0))))
+    root = os.path.realpath(os.getcwd())  # the project: DVC runs a stage in its root
+
+    def record_imports() -> None:
+        """At exit, every module imported from the project (``src/``, ``stages/``): the opens
+        of an import are its cached ``.pyc`` or its source, which other code reads too (a memo
+        hashing the sources), and the ones before ``runpy`` names the stage are not logged.  A
+        spawned worker exits through ``sys.exit`` and records its own; a forked one runs
+        functions its parent imported."""
+        log = stage_log()
+        if log is None:
+            return
+        state["busy"] = True
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str) and os.path.realpath(path).startswith(root + os.sep):
+                log.write(json.dumps({"op": "import", "path": os.path.abspath(path)}) + "\n")
+
+    atexit.register(record_imports)
 
 
 class _PatchParquet:
