@@ -78,8 +78,8 @@ def main() -> None:
     unknown = [w for w in args.workloads if w not in known]
     if unknown:
         ap.error(f"--workloads: unknown workload(s) {unknown}; known: {known}")
-    if args.smoke:
-        args.sizes = [1000, 2000]
+    if args.smoke:  # one workload: the second runs the same code
+        args.sizes, args.workloads = [1000, 2000], args.workloads[:1]
     rows = []
     for wname in args.workloads:
         cfg = settings([f"workload={wname}", *args.overrides])
