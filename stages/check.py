@@ -31,12 +31,17 @@ def refusal_hint() -> str:
 
 
 def check_and_record(run) -> None:  # noqa: ANN001 (a hybridsched.kinds.base.Run)
-    """Check every setting, then write the stage's output (inside run_stage, so an unwritable
-    metrics/ is one line too)."""
+    """Check every setting, warn about a policy a stage reads that dvc.yaml does not declare
+    for it, then write the stage's output (inside run_stage, so an unwritable metrics/ is one
+    line too)."""
     from hybridsched.io import write_json
+    from hybridsched.kinds import get_kind
     from hybridsched.settings_schema import check_run
+    from hybridsched.stage_params import check_dvc_yaml
 
     check_run(run)
+    for line in check_dvc_yaml(run.cfg, get_kind(run.kind)):  # a setting naming a policy dvc.yaml leaves out
+        print(f"check: warning: {line}", file=sys.stderr)
     write_json(run.metrics_dir / "config_check.json", {"ok": True})
 
 

@@ -24,12 +24,12 @@ from tests.test_adding_a_policy import doc_files
 
 TOY = "shortest_queue"  # the doc's machine arrival example
 # the stages that use every policy of the kind: the check builds each once, simulate runs each,
-# evaluate ranks each, scenarios runs each heuristic; tune_heuristics and train_late build the
-# policies their settings name (tune.spaces; train_late.base, an expert), so their params hold
-# policies.machine whole (DVC params cannot name a setting's values one by one) and their deps
-# the policy folder
-RERUN = {"check", "simulate", "evaluate", "scenarios", "tune_heuristics", "train_late"}
-KEPT = {"generate", "validate", "profile", "tune", "train_rf", "train_ppo", "train_dqn", "train_cem", "fgd_atc23"}
+# evaluate ranks each, scenarios runs each heuristic; tune_heuristics and train_late build only the
+# policies their settings name (tune.spaces; train_late.base, an expert), whose params and modules
+# dvc.yaml lists one by one (tests/test_stage_params.py)
+RERUN = {"check", "simulate", "evaluate", "scenarios"}
+KEPT = {"generate", "validate", "profile", "tune", "tune_heuristics", "train_late", "train_rf", "train_ppo", "train_dqn",
+        "train_cem", "fgd_atc23"}
 CODE = ("src/", "stages/")  # the code deps (dvc.lock's hashes of them are checked by tests/test_dvc_lock.py)
 
 

@@ -171,6 +171,12 @@ def _train_and_nodes(run: Run) -> tuple[PodTable, NodeTable]:
     return W.read_split(run.workload_dir, "train"), W.read_nodes(run.workload_dir)
 
 
+def policies_read(cfg: dict[str, Any]) -> dict[str, list[str]]:
+    """Stage -> the ``policies.cluster`` entries it builds, for the stages that build only some
+    (dvc.yaml lists just these as their params: :mod:`hybridsched.stage_params`)."""
+    return {"train_late": ["cem", "learned_queue"]}
+
+
 def train_late(run: Run) -> dict[str, Any]:
     """``eft_queue``'s and ``learned_queue``'s weights (late_train.py, settings
     ``train_late.cluster``), trained on the training split: ``train_late.model_dir/<policy>/

@@ -267,6 +267,21 @@ def train_ppo(run: Run) -> dict[str, Any]:
     return ppo_train.train_stage(run)
 
 
+def policies_read(cfg: dict[str, Any]) -> dict[str, list[str]]:
+    """Stage -> the ``policies.machine`` entries it builds under ``cfg``, for the stages that
+    build only some (dvc.yaml lists just these as their params: :mod:`hybridsched.stage_params`)."""
+    from hybridsched.kinds.machine.cem_train import MachineCEMSettings
+    from hybridsched.kinds.machine.tuning import TARGETS
+
+    t, late = cfg["tune"], cfg["train_late"]
+    mix = MachineCEMSettings.from_dict(cfg["cem"].get("machine"))
+    experts = [late[n]["expert"] for n in late["policies"] if "expert" in (late.get(n) or {})]
+    return {"tune": ["hybrid_ml" if t["target"] in TARGETS else t["target"]],
+            "tune_heuristics": sorted(t["spaces"]),
+            "train_late": [late["base"], *experts],
+            "train_cem": [mix.late_base if mix.dispatch == "late" else "eft_rank"]}
+
+
 def train_late(run: Run) -> dict[str, Any]:
     """The learned late dispatchers of ``train_late.policies`` (kinds/machine/late_train.py),
     each from ``train_late.base``'s tuned weights on the ``cem.machine`` mixture's training

@@ -253,6 +253,12 @@ def train_cem(run: Run) -> dict[str, Any]:
     return metrics
 
 
+def policies_read(cfg: dict[str, Any]) -> dict[str, list[str]]:
+    """Stage -> the ``policies.serving`` entries it builds, for the stages that build only some
+    (dvc.yaml lists just these as their params: :mod:`hybridsched.stage_params`)."""
+    return {"tune": ["dynamic"]}
+
+
 def tune(run: Run) -> dict[str, Any]:
     """Optuna over window, max batch, lanes and the dynamic weights; best_params.yaml and plots."""
     import yaml
