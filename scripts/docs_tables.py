@@ -201,6 +201,59 @@ def headline_exp_show(metrics: Path) -> str:
             "| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|\n| " + " | ".join(row) + " |")
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def command_times(metrics: Path) -> str:
+    """``bench_commands``' wall time of each documented command, in the order it ran them in a
+    fresh clone; a failed one says so."""
+    b = json.loads((metrics / "bench_commands.json").read_text())
+    m = b["machine"]
+    lines = [f"`python -m benchmarks.bench_commands` (`metrics/bench_commands.json`): revision {b['revision']}, "
+             f"a fresh clone, {m['cores']} cores ({m['cpu_model']}), in this order:", "",
+             "| command | what it does | time |", "|:--|:--|--:|"]
+    for r in b["rows"]:
+        took = _duration(r["seconds"]) + ("" if r["rc"] == 0 else f", failed (exit {r['rc']})")
+        if r.get("met") is not None:
+            took += f" (target {r['target_s'] // 60} min: {'met' if r['met'] else 'missed'})"
+        shown = re.sub(r"--keep '[^']*'", "--keep '…'", r["command"])  # a pattern's pipes would split the row
+        lines.append(f"| `{shown}` | {r['what']} | {took} |")
+    return "\n".join(lines)
+
+
+# metrics/results/<kind>/policies.csv columns shown on the kind's results page: (header, column, scale)
+_KIND_COLS = {
+    "cluster": [("mean JCT (s)", "mean_latency", 1.0), ("P95 JCT (s)", "p95_latency", 1.0), ("mean wait (s)", "mean_wait", 1.0),
+                ("GPU util.", "gpu_utilisation", 1.0), ("fragmented", "frag_gpu_share", 1.0),
+                ("JCT / bound", "mean_latency_vs_bound", 1.0)],
+    "serving": [("SLO attainment", "slo_attainment", 1.0), ("interactive", "interactive.slo_attainment", 1.0),
+                ("batch", "batch.slo_attainment", 1.0), ("P95 latency (ms)", "p95_ms", 1.0),
+                ("dropped", "drop_rate", 1.0)],
+}
+
+
+def _num(v: float) -> str:
+    """Thousands as whole numbers with separators (7,632), smaller values as :func:`_g3`."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else _g3(v)
+
+
+def kind_results(metrics: Path, kind: str) -> str:
+    """The ``results_<kind>`` stage's table (``metrics/results/<kind>/``): every policy ranked
+    on the kind's headline metric, with the columns of :data:`_KIND_COLS` it has."""
+    folder = metrics / "results" / kind
+    h = json.loads((folder / "headline.json").read_text())["headline"]
+    t = pd.read_csv(folder / "policies.csv").sort_values(h["metric"], ascending=not h["higher_is_better"], kind="stable")
+    cols = [c for c in _KIND_COLS[kind] if c[1] in t.columns]
+    bound = f", bound {_num(h['bound'])}" if h.get("bound") is not None else ""
+    mode = "dispatch" in t.columns  # a kind whose policies all decide at arrival has no such column
+    lines = [f"`dvc repro results_{kind}` (`metrics/results/{kind}/policies.csv`), best {h['metric']} first{bound}:", "",
+             "| policy | " + "mode | " * mode + " | ".join(c[0] for c in cols) + " |", "|:--|" + ":--|" * mode + "--:|" * len(cols)]
+    lines += [f"| {r['policy']} | " + (f"{r['dispatch']} | " if mode else "") + " | ".join(_num(r[c] * k) for _, c, k in cols) + " |"
+              for _, r in t.iterrows()]
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "machine-policies": lambda m: machine_policies(m, _BRIEF, headline=True),
     "machine-policies-full": lambda m: machine_policies(m, _FULL),
@@ -211,6 +264,9 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "load-sweep-summary": lambda m: load_sweep(m, 1),
     "fgd-atc23-unallocated": fgd_atc23_unallocated,
     "headline-exp-show": headline_exp_show,
+    "cluster-results": lambda m: kind_results(m, "cluster"),
+    "serving-results": lambda m: kind_results(m, "serving"),
+    "command-times": command_times,
 }
 
 _CODE = re.compile(r"`[^`]*`")
@@ -252,6 +308,17 @@ def figure_tables(text: str, page: str = "") -> list[tuple[int, str]]:
             continue
         i += 1
     return found
+
+
+_FIGURE = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?![\w,])|(?<![\w.])\d+\.\d+(?![\w.])")  # 0.764, 7,632: results, not counts like 3000
+
+
+def stray_figures(text: str) -> list[str]:
+    """The decimals in ``text``'s prose (outside code, fences and generated blocks) that none of
+    its generated blocks holds: on a results page every quoted figure is one of its tables'."""
+    tables = "".join(m["body"] for m in BLOCK.finditer(text))
+    prose = re.sub(r"```.*?```", "", BLOCK.sub("", text), flags=re.S)
+    return [n for n in _FIGURE.findall(_CODE.sub("", prose)) if n not in tables]
 
 
 def refresh(text: str, metrics: Path, where: str) -> tuple[str, list[str]]:
@@ -296,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
                   "generate it from metrics/ (scripts/docs_tables.py) or give the command that prints it",
                   file=sys.stderr)
             bad += 1
+        if page.parent.name == "results":
+            for n in stray_figures(text):
+                print(f"{page}: {n} is not in the page's generated tables: quote a figure of them, or none",
+                      file=sys.stderr)
+                bad += 1
         if stale and not a.check:
             page.write_text(new)
     return 1 if bad and a.check else 0

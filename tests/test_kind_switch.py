@@ -72,11 +72,18 @@ def overrides(name: str) -> list[str]:
     return [f"workload={name}", *(o for o in TINY if kind_keys.get(o.split("=")[0], True)), *EXTRA.get(name, [])]
 
 
+def pipeline(root: Path) -> list[str]:
+    """The stages of ``root``'s dvc.yaml but the results stages: those run other kinds' pipelines
+    from conf/ at full size and are up to date in a fresh clone (tests/test_results_stage.py);
+    here the copy's absolute traces path would make them stale."""
+    return [n for n in yaml.safe_load((root / "dvc.yaml").read_text())["stages"] if not n.startswith("results_")]
+
+
 def exp_run(root: Path, name: str, audit: Path, extra: list[str] = ()) -> dict:
-    """``dvc exp run -S workload=NAME -S ...`` in ``root`` under the recorder; its outcome."""
+    """``dvc exp run STAGES -S workload=NAME -S ...`` in ``root`` under the recorder; its outcome."""
     args = [a for o in [*overrides(name), *extra] for a in ("-S", o)]
     t0 = time.perf_counter()
-    r = run("dvc", "exp", "run", *args, cwd=root, timeout=1800, audit=audit)
+    r = run("dvc", "exp", "run", *pipeline(root), *args, cwd=root, timeout=1800, audit=audit)
     return {"rc": r.returncode, "seconds": round(time.perf_counter() - t0, 1),
             "output": (r.stdout[-3000:] + "\n" + r.stderr[-3000:]), "stages": stages(root), "audit": audit}
 
@@ -102,7 +109,7 @@ def switched(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
             r["lock"] = yaml.safe_load((root / "dvc.lock").read_text())
             r["pngs"] = {png: (root / "metrics" / "plots" / png).stat().st_size
                          for png in ("latency_cdf.png", "utilisation.png", "energy_cost.png")}
-            r["again"] = run("dvc", "repro", cwd=root).stdout
+            r["again"] = run("dvc", "repro", *pipeline(root), cwd=root).stdout
             sh("git", "add", "-A", cwd=root)  # the baseline the other runs are compared with
             sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "baseline", cwd=root)
         elif label == OTHER:
@@ -129,7 +136,7 @@ def test_stages_touch_only_declared_files(switched, label):
     bad = [line for name in ran for line in undeclared(by_name[name], accesses(r["audit"] / f"{name}.log", root), root)]
     assert not bad, f"workload={label}: stages touch files dvc.yaml does not declare:\n  " + "\n  ".join(bad)
     if label == FIRST:
-        assert set(ran) == set(by_name), f"the first run in a fresh clone runs every stage: ran {ran}"
+        assert set(ran) == set(pipeline(root)), f"the first run in a fresh clone runs every stage: ran {ran}"
 
 
 @pytest.mark.parametrize("label", sorted(set(TRACE_READS) & set(ORDER)))

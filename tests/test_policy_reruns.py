@@ -29,7 +29,7 @@ TOY = "shortest_queue"  # the doc's machine arrival example
 # dvc.yaml lists one by one (tests/test_stage_params.py)
 RERUN = {"check", "simulate", "evaluate", "scenarios"}
 KEPT = {"generate", "validate", "profile", "tune", "tune_heuristics", "train_late", "train_rf", "train_ppo", "train_dqn",
-        "train_cem", "fgd_atc23"}
+        "train_cem", "fgd_atc23", "results_cluster", "results_serving"}
 CODE = ("src/", "stages/")  # the code deps (dvc.lock's hashes of them are checked by tests/test_dvc_lock.py)
 
 

@@ -58,7 +58,6 @@ def _install(folder: str) -> None:
 
     sys.addaudithook(hook)
     sys.meta_path.insert(0, _PatchParquet(lambda path, mode="r": hook("open", (path, mode, 0))))
-    root = os.path.realpath(os.getcwd())  # the project: DVC runs a stage in its root
 
     def record_imports() -> None:
         """At exit, every module imported from the project (``src/``, ``stages/``): the opens
@@ -70,6 +69,8 @@ def _install(folder: str) -> None:
         if log is None:
             return
         state["busy"] = True
+        # the project: the folder above stages/ (a stage may run elsewhere, as the results stage's do)
+        root = os.path.dirname(os.path.dirname(os.path.realpath(sys.argv[0])))
         for module in list(sys.modules.values()):
             path = getattr(module, "__file__", None)
             if isinstance(path, str) and os.path.realpath(path).startswith(root + os.sep):
